@@ -1,0 +1,5 @@
+import sys
+
+from graphcheck.cli import main
+
+sys.exit(main())

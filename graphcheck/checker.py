@@ -1,0 +1,66 @@
+"""Run the rules over an analysed program and its cuts.
+
+A :class:`Context` is what every rule reads: the program, the analysed cuts,
+the stage plan (``None`` for ``graphcheck map``, where every boundary is judged
+as the only cut) and the options. :func:`check` runs every rule and returns
+the diagnostics, sorted by cut then code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch.fx
+
+from graphcheck.dataflow import CutAnalysis
+from graphcheck.diagnostics import Diagnostic
+from graphcheck.partition import StagePlan
+from graphcheck.program import Program
+from graphcheck.residual import Wire, classify_wire
+from graphcheck.rules import RULES
+
+__all__ = ["DEFAULT_ALLOW_FP32", "Context", "check"]
+
+DEFAULT_ALLOW_FP32 = ("*.A_log", "*.dt_bias")
+
+
+@dataclass
+class Context:
+    program: Program
+    cuts: list[CutAnalysis]
+    plan: StagePlan | None = None
+    allow_fp32: tuple[str, ...] = DEFAULT_ALLOW_FP32
+    wires: dict[int, Wire] = field(default_factory=dict)
+
+    def wire(self, cut: CutAnalysis) -> Wire:
+        if cut.position not in self.wires:
+            self.wires[cut.position] = classify_wire(self.program, cut)
+        return self.wires[cut.position]
+
+    def right_stage(self, cut: CutAnalysis) -> int | None:
+        """The stage that receives what crosses ``cut``."""
+        return self.plan.stage_of(cut.position) if self.plan else None
+
+    def is_first(self, cut: CutAnalysis) -> bool:
+        return self.plan is None or cut.position == self.plan.cuts[0]
+
+    def is_last(self, cut: CutAnalysis) -> bool:
+        return self.plan is None or cut.position == self.plan.cuts[-1]
+
+    def stage_of(self, node: torch.fx.Node) -> int | None:
+        """The stage a flow node runs on under the plan (free glue as the proof placed it)."""
+        if self.plan is None or node not in self.program.interval:
+            return None
+        lo, hi = self.program.interval[node]
+        for cut in self.cuts:
+            if lo < cut.position <= hi:
+                side = cut.position - 1 if node in cut.left else cut.position
+                return self.plan.stage_of(side)
+        return self.plan.stage_of(lo)
+
+
+def check(ctx: Context) -> list[Diagnostic]:
+    found: list[Diagnostic] = []
+    for rule in RULES:
+        found.extend(rule.check(ctx))
+    return sorted(found, key=lambda d: (d.cut if d.cut is not None else -2, d.code))

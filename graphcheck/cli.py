@@ -1,0 +1,127 @@
+"""The ``graphcheck`` command line.
+
+Exit status: 0 every cut proven, 1 violations found, 2 could not verify (bad
+arguments, model not found, factory raised, export failed), with one line on
+stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import sys
+import warnings
+
+from graphcheck import __version__
+from graphcheck.errors import GraphcheckError, UsageError
+
+__all__ = ["build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(message)
+
+
+def _layout_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("layout (overrides get_pp_module_config and detection)")
+    group.add_argument("--layers", metavar="PREFIX", help="layer container, e.g. model.layers")
+    group.add_argument("--inputs", metavar="FQN[,FQN]", help="first-stage modules")
+    group.add_argument("--outputs", metavar="FQN[,FQN]", help="last-stage modules")
+    parser.add_argument("--strict", action="store_true", help="export with strict=True")
+    parser.add_argument(
+        "--allow-fp32",
+        metavar="GLOB",
+        action="append",
+        default=[],
+        help="parameters allowed to stay fp32 (added to *.A_log, *.dt_bias)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="graphcheck", description="Prove pipeline-parallel cuts of an LLM.")
+    parser.add_argument("--version", action="version", version=f"graphcheck {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    verify = sub.add_parser("verify", help="prove every cut of a stage plan")
+    verify.add_argument("model", metavar="MODEL", help="path/to/file.py:factory or pkg.mod:factory")
+    plan = verify.add_mutually_exclusive_group(required=True)
+    plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
+    plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
+    _layout_options(verify)
+    cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
+    cutmap.add_argument("model", metavar="MODEL")
+    _layout_options(cutmap)
+    sub.add_parser("rules", help="print the rule table")
+    return parser
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [part for part in text.split(",") if part] if text else None
+
+
+def _run(args: argparse.Namespace) -> tuple[str, int]:
+    from graphcheck import api, report
+    from graphcheck.checker import DEFAULT_ALLOW_FP32
+    from graphcheck.partition import parse_cuts
+
+    options = {
+        "layers": args.layers,
+        "inputs": _split(args.inputs),
+        "outputs": _split(args.outputs),
+        "strict": args.strict,
+        "allow_fp32": (*DEFAULT_ALLOW_FP32, *args.allow_fp32),
+    }
+    if args.command == "verify":
+        cuts = parse_cuts(args.cuts) if args.cuts is not None else None
+        result = api.verify(args.model, cuts, args.stages, **options)
+        text = report.render_text
+    else:
+        result = api.cut_map(args.model, **options)
+        text = report.render_map
+    rendered = report.render_json(result) if args.format == "json" else text(result)
+    return rendered, result.exit_code
+
+
+def _rules_table() -> str:
+    from graphcheck.rules import RULES
+
+    return "".join(f"{r.CODE}  {r.NAME:<32}  {r.SUMMARY}\n" for r in RULES)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Keep torch's own logging and warnings off the terminal: one line or a report."""
+    warnings.filterwarnings("ignore")
+    logging.getLogger("torch").setLevel(logging.CRITICAL)
+    with contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "rules":
+            sys.stdout.write(_rules_table())
+            return 0
+        with _quiet():
+            rendered, code = _run(args)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(rendered)
+        else:
+            sys.stdout.write(rendered)
+        return code
+    except GraphcheckError as err:
+        print(f"graphcheck: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"graphcheck: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

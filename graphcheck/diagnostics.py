@@ -1,0 +1,94 @@
+"""Findings about the user's model.
+
+A :class:`Diagnostic` is a value: rules return lists of them and the report
+collects them. It carries the rule code and name, a message that says how to
+fix the problem, where it applies (cut, stage) and where it comes from (node,
+module path, the model's source line).
+
+>>> d = Diagnostic("GC202", "boundary-not-bf16", "cut 4 carries float32", cut=4)
+>>> d.code, d.severity
+('GC202', 'error')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.fx
+
+__all__ = ["Diagnostic", "module_path", "source_line"]
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    name: str
+    message: str
+    cut: int | None = None
+    stage: int | None = None
+    node: str | None = None
+    module: str | None = None
+    source: str | None = None
+    severity: str = "error"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def at(
+        cls, code: str, name: str, message: str, node: torch.fx.Node | None = None, **where
+    ) -> Diagnostic:
+        """A diagnostic located at ``node``: its name, module path and source line."""
+        if node is not None:
+            where.setdefault("node", node.name)
+            where.setdefault("module", module_path(node))
+            where.setdefault("source", source_line(node))
+        return cls(code, name, message, **where)
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)')
+
+
+def source_line(node: torch.fx.Node) -> str | None:
+    """``file.py:57: code`` for the innermost model frame of ``node.meta['stack_trace']``."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    frames = [f for f in frames if not f[0].startswith(_TORCH_DIR)] or frames
+    if not frames:
+        return None
+    path, line, code = frames[-1]
+    try:
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith("..") else path
+    except ValueError:
+        pass
+    return f"{path}:{line}: {code.strip()}"
+
+
+def module_path(node: torch.fx.Node) -> str | None:
+    """The innermost ``nn.Module`` path that produced ``node`` (``model.layers.3.mlp``)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, _cls in reversed(list(stack.values())):
+        path = normalize_fqn(path)
+        if path is not None:
+            return path or "<root>"
+    return None
+
+
+def normalize_fqn(path: str) -> str | None:
+    """Turn strict- and non-strict-mode module paths into dotted FQNs.
+
+    >>> normalize_fqn("L['self'].model.layers[3]")
+    'model.layers.3'
+    >>> normalize_fqn("model.layers.3.mlp")
+    'model.layers.3.mlp'
+    """
+    if path.startswith("_empty_nn_module_stack"):
+        return None
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    path = re.sub(r"\[(?:'([^']+)'|(\d+))\]", lambda m: "." + (m.group(1) or m.group(2)), path)
+    return path.strip(".")

@@ -1,0 +1,51 @@
+"""The exceptions graphcheck raises when it cannot do its job.
+
+Findings about the user's model are never raised: they are
+:class:`graphcheck.diagnostics.Diagnostic` values, collected in a report. An
+exception means graphcheck could not verify at all; the command line turns
+each one into a single line on stderr and exit status 2.
+
+Hierarchy::
+
+    GraphcheckError
+    ├── UsageError        bad arguments: cut list, flags, model spec syntax
+    ├── ModelLoadError    file or factory missing, factory raised, not a module
+    ├── LayoutError       layer container / edge modules not found
+    ├── ExportError       torch.export failed
+    └── AnalysisError     the graph holds something graphcheck cannot analyse
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnalysisError",
+    "ExportError",
+    "GraphcheckError",
+    "LayoutError",
+    "ModelLoadError",
+    "UsageError",
+]
+
+
+class GraphcheckError(Exception):
+    """Base class: graphcheck could not verify. ``str(err)`` is one line."""
+
+
+class UsageError(GraphcheckError):
+    """The arguments are malformed (``--cuts 4,x``, a cut out of range, ...)."""
+
+
+class ModelLoadError(GraphcheckError):
+    """The model spec does not resolve to a factory, or the factory failed."""
+
+
+class LayoutError(GraphcheckError):
+    """The layer container or the edge modules could not be found."""
+
+
+class ExportError(GraphcheckError):
+    """``torch.export`` failed; the message condenses torch's own error."""
+
+
+class AnalysisError(GraphcheckError):
+    """The exported graph holds something graphcheck cannot analyse."""

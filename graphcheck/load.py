@@ -1,0 +1,103 @@
+"""Resolve a ``MODEL`` spec and build the model on fake weights.
+
+``MODEL`` is ``path/to/file.py:factory`` or ``package.module:factory``. The
+factory is called under a :class:`FakeTensorMode` with bf16 as the default
+dtype, so parameters are created without memory: a 400B-parameter config
+builds on a laptop. Parameters the model deliberately keeps in another dtype
+keep it (graphcheck reports them, GC501).
+
+>>> parse_spec("fixtures/reference.py:reference")
+('fixtures/reference.py', 'reference')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from graphcheck.errors import ModelLoadError, UsageError
+
+__all__ = ["build_fake", "default_dtype", "fake_mode", "parse_spec", "resolve_factory"]
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split ``MODEL`` into (file or module, factory name)."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        raise UsageError(
+            f"model spec {spec!r} is not 'path/to/file.py:factory' or 'package.module:factory'"
+        )
+    return target, name
+
+
+def resolve_factory(spec: str) -> Callable[[], nn.Module]:
+    """The callable named by ``spec``; raises :class:`ModelLoadError`."""
+    target, name = parse_spec(spec)
+    module = _import_file(target) if target.endswith(".py") else _import_module(target)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ModelLoadError(f"{target} has no callable {name!r}")
+    return factory
+
+
+def _import_file(path: str):
+    file = Path(path)
+    if not file.is_file():
+        raise ModelLoadError(f"model file not found: {path}")
+    mod_name = "graphcheck_model_" + "_".join(file.resolve().with_suffix("").parts[-3:])
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.resolve().parent))
+    try:
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise ModelLoadError(f"importing {path} raised {type(err).__name__}: {err}") from err
+    finally:
+        sys.path.remove(str(file.resolve().parent))
+    return module
+
+
+def _import_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise ModelLoadError(f"cannot import module {name!r}: {err}") from err
+    except Exception as err:
+        raise ModelLoadError(f"importing {name} raised {type(err).__name__}: {err}") from err
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def fake_mode() -> FakeTensorMode:
+    """The fake-tensor mode a model is built and exported in."""
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def build_fake(factory: Callable[[], nn.Module], mode: FakeTensorMode) -> nn.Module:
+    """Call ``factory`` with bf16 default dtype under ``mode``; check it returns a module."""
+    try:
+        with mode, default_dtype(torch.bfloat16):
+            model = factory()
+    except Exception as err:
+        name = getattr(factory, "__name__", "factory")
+        raise ModelLoadError(f"factory {name}() raised {type(err).__name__}: {err}") from err
+    if not isinstance(model, nn.Module):
+        raise ModelLoadError(f"factory returned {type(model).__name__}, not an nn.Module")
+    return model.eval()

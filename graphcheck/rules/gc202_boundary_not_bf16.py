@@ -1,0 +1,47 @@
+"""GC202 boundary-not-bf16
+
+What it checks
+    The residual crossing each cut is a bfloat16 tensor.
+
+Why it matters
+    bf16 between decoder layers is the natural rounding boundary of the
+    serving program. A float32 residual on the wire is rounded differently
+    (or not at all) than in the uncut program, so the split computes other
+    bytes.
+
+Example
+    A model that keeps its residual stream in float32 between layers
+    (``x = x.float()`` after the embedding, layers adding fp32 deltas).
+
+Fix
+    Round the residual to bf16 at the end of each layer, as the serving
+    program does, or cut only where the stream is bf16.
+"""
+
+from __future__ import annotations
+
+from graphcheck.diagnostics import Diagnostic
+
+CODE = "GC202"
+NAME = "boundary-not-bf16"
+SUMMARY = "the crossing activation is not bf16"
+
+
+def check(ctx) -> list[Diagnostic]:
+    found = []
+    for cut in ctx.cuts:
+        node = ctx.wire(cut).boundary
+        if node is None or ctx.program.dtype(node) == "bfloat16":
+            continue
+        found.append(
+            Diagnostic.at(
+                CODE,
+                NAME,
+                f"the activation crossing cut {cut.position} is {ctx.program.dtype(node)}, "
+                "not bfloat16; round the residual stream to bf16 at the layer boundary",
+                node=node,
+                cut=cut.position,
+                stage=ctx.right_stage(cut),
+            )
+        )
+    return found

@@ -1,0 +1,56 @@
+"""GC402 positions-fabricated
+
+What it checks
+    Positions and masks come from the ``position_ids`` / ``cu_seq_lens``
+    inputs, not from an ``arange`` over the packed length T: no index ramp
+    that lacks the document metadata reaches an activation or an attention
+    op's mask.
+
+Why it matters
+    In a packed batch, token ``t`` of the row is not at position ``t`` of its
+    document. Rotary tables or masks built from ``arange(T)`` give every
+    document after the first the wrong positions: the trainer computes other
+    bytes than the sampler, which sees each document from position 0.
+
+Example
+    ``cos, sin = rope(torch.arange(input_ids.shape[1]))`` with
+    ``position_ids`` unused.
+
+Fix
+    Build rotary tables from ``position_ids`` and masks from ``position_ids``
+    or ``cu_seq_lens``.
+"""
+
+from __future__ import annotations
+
+from graphcheck.diagnostics import Diagnostic
+from graphcheck.taint import ARANGE, DOCS
+
+CODE = "GC402"
+NAME = "positions-fabricated"
+SUMMARY = "positions or masks derived from T instead of position_ids"
+
+
+def check(ctx) -> list[Diagnostic]:
+    program = ctx.program
+    found, seen = [], set()
+    for node in program.graph.nodes:
+        if program.role.get(node) != "activation":
+            continue
+        for arg in node.all_input_nodes:
+            if arg in seen or program.role.get(arg) != "replicated":
+                continue
+            bits = program.taint.get(arg, 0)
+            if bits & ARANGE and not bits & DOCS:
+                seen.add(arg)
+                found.append(
+                    Diagnostic.at(
+                        CODE,
+                        NAME,
+                        f"{arg.name} {program.shape(arg)} is built from an arange over the "
+                        f"packed length, not from position_ids, and feeds {program.label(node)}; "
+                        "derive positions and masks from position_ids or cu_seq_lens",
+                        node=arg,
+                    )
+                )
+    return found
