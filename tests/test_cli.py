@@ -1,0 +1,114 @@
+"""The command-line contract: exit status, one-line errors, JSON schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import ROOT, spec
+
+from graphcheck.cli import main
+
+REFERENCE = spec("reference:reference")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_exit_0_when_every_cut_is_proven(capsys):
+    code, out, _ = run(capsys, "verify", REFERENCE, "--cuts", "4")
+    assert code == 0
+    assert "verdict: PASS" in out
+
+
+def test_exit_1_on_violation(capsys):
+    code, out, _ = run(capsys, "verify", spec("violations:skip_connection"), "--cuts", "4")
+    assert code == 1
+    assert "GC201" in out
+
+
+def test_json_report_schema(capsys, tmp_path):
+    target = tmp_path / "report.json"
+    code, out, _ = run(
+        capsys, "verify", spec("violations:tied_embeddings"), "--cuts", "4",
+        "--format", "json", "--output", str(target),
+    )  # fmt: skip
+    assert code == 1 and out == ""
+    data = json.loads(target.read_text())
+    assert data["graphcheck"] == "0.1.0"
+    assert (data["verdict"], data["num_layers"]) == ("fail", 8)
+    assert data["stages"][0] == {"index": 0, "layers": [0, 3], "modules": ["model.embed_tokens"]}
+    (cut,) = data["cuts"]
+    assert cut["position"] == 4 and cut["verdict"] == "fail"
+    assert {"node", "role", "dtype", "shape", "producer", "consumers"} == set(cut["crossing"][0])
+    (diag,) = data["diagnostics"]
+    assert (diag["code"], diag["name"], diag["cut"], diag["stage"]) == (
+        "GC205",
+        "parameter-shared-across-stages",
+        4,
+        1,
+    )
+    assert {"message", "node", "module", "source", "severity"} <= set(diag)
+
+
+def test_map_prints_legal_cuts(capsys):
+    code, out, _ = run(capsys, "map", spec("violations:collected_outputs"))
+    assert code == 1
+    assert out.rstrip().endswith("legal cuts: 0, 1, 8")
+
+
+BAD_INPUTS = [
+    (["verify", "fixtures/missing.py:model", "--cuts", "4"], "not found"),
+    (["verify", f"{ROOT}/fixtures/reference.py:missing", "--cuts", "4"], "no callable"),
+    (["verify", spec("violations:factory_raises"), "--cuts", "4"], "raised ValueError"),
+    (["verify", REFERENCE, "--cuts", "4,x"], "GC101"),
+    (["verify", REFERENCE, "--cuts", "99"], "GC101"),
+    (["verify", REFERENCE, "--cuts", "5,3"], "GC101"),
+    (["verify", REFERENCE, "--stages", "9"], "GC101"),
+    (["verify", spec("violations:export_fails"), "--cuts", "4"], "torch.export failed"),
+    (["verify", REFERENCE, "--cuts", "4", "--layers", "model.blocks"], "not found"),
+    (["verify", "no-colon", "--cuts", "4"], "model spec"),
+    (["verify", REFERENCE], "required"),
+]
+
+
+@pytest.mark.parametrize(("argv", "words"), BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2(capsys, argv, words):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("graphcheck: error:")
+    assert words in err
+
+
+def test_no_traceback_from_the_installed_command():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphcheck",
+            "verify",
+            spec("violations:export_fails"),
+            "--cuts",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_rules_table_lists_every_code(capsys):
+    code, out, _ = run(capsys, "rules")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [
+        "GC101", "GC102", "GC201", "GC202", "GC203", "GC204", "GC205",
+        "GC401", "GC402", "GC403", "GC501",
+    ]  # fmt: skip

@@ -1,0 +1,177 @@
+"""Every rule fires on its violating fixture and stays silent on its passing twin."""
+
+from __future__ import annotations
+
+import pytest
+from harness import cut_codes, cut_map, verify
+
+INNER = range(1, 8)  # boundaries strictly between layers of the 8-layer fixtures
+
+
+def test_allows_reference_at_every_boundary():
+    report = cut_map("reference:reference")
+    assert report.codes == set()
+    assert report.legal_cuts() == list(range(9))
+
+
+# GC101 stage-plan-invalid ----------------------------------------------------------------
+
+
+def test_flags_layers_out_of_index_order():
+    assert "GC101" in cut_map("violations:reversed_layers").codes
+
+
+def test_allows_layers_in_index_order():
+    assert "GC101" not in cut_map("reference:reference").codes
+
+
+# GC102 misplaced-edge-module ---------------------------------------------------------------
+
+
+def test_flags_final_norm_used_mid_stack():
+    # model.norm also runs after layer 1; layer 2 reads it: with a cut at 4, the norm must
+    # run on stage 0 and on the last stage
+    assert "GC102" in verify("violations:norm_mid_stack", (4,)).codes
+
+
+def test_allows_final_norm_use_on_the_last_stage():
+    # with the only cut at 1, the mid-stack use (read by layer 2) is on the last stage too
+    assert "GC102" not in verify("violations:norm_mid_stack", (1,)).codes
+
+
+# GC201 extra-activation-crosses-cut --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fixture", ["hidden_residual_pair", "skip_connection", "collected_outputs"]
+)
+def test_flags_extra_activation(fixture):
+    report = cut_map(f"violations:{fixture}")
+    assert all("GC201" in cut_codes(report, k) for k in range(2, 8))
+
+
+def test_allows_single_residual():
+    report = cut_map("reference:reference")
+    for k in range(9):
+        assert len(report.cut(k).crossing) > 0
+        assert [c.role for c in report.cut(k).crossing].count("activation") == 1
+
+
+# GC202 boundary-not-bf16 --------------------------------------------------------------------
+
+
+def test_flags_fp32_residual_stream():
+    report = cut_map("violations:fp32_residual")
+    assert all(cut_codes(report, k) == {"GC202"} for k in INNER)
+
+
+def test_allows_bf16_rounding_in_model_loop():
+    # (x.float() + layer(x).float()).to(bf16) in the model's own loop: the minimum cut
+    # places the fp32 glue so that one bf16 value crosses
+    assert cut_map("violations:cast_in_loop").codes == set()
+
+
+# GC203 boundary-not-materialized ------------------------------------------------------------
+
+
+def test_flags_fp32_twin():
+    report = cut_map("violations:fp32_twin")
+    assert all(cut_codes(report, k) == {"GC203"} for k in INNER)
+
+
+def test_flags_view_of_larger_tensor():
+    report = cut_map("violations:view_boundary")
+    assert all(cut_codes(report, k) == {"GC203"} for k in range(1, 9))
+
+
+def test_allows_materialized_bf16_residual():
+    assert "GC203" not in cut_map("violations:cast_in_loop").codes
+
+
+# GC204 boundary-not-layer-output -----------------------------------------------------------
+
+
+def test_flags_value_not_from_previous_layer():
+    report = cut_map("violations:not_layer_output")
+    assert all(cut_codes(report, k) == {"GC204"} for k in INNER)
+
+
+def test_allows_pruned_layers_between_cuts():
+    # layers 5..7 are None: boundaries 5..8 hand layer 4's output to the output modules
+    assert cut_map("violations:none_layers").codes == set()
+
+
+# GC205 parameter-shared-across-stages ------------------------------------------------------
+
+
+def test_flags_tied_embeddings():
+    report = cut_map("violations:tied_embeddings")
+    assert all(cut_codes(report, k) == {"GC205"} for k in range(9))
+    shared = [c for c in report.cut(4).crossing if c.role == "parameter"]
+    assert len(shared) == 1
+
+
+def test_allows_untied_head():
+    assert "GC205" not in cut_map("reference:reference").codes
+
+
+# GC401 varlen-metadata-not-consumed --------------------------------------------------------
+
+
+def test_flags_attention_without_document_mask():
+    report = cut_map("violations:ignores_cu_seqlens")
+    assert report.codes == {"GC401"}
+    assert len(report.diagnostics) == 8  # one per layer's attention
+
+
+def test_allows_sdpa_with_document_mask():
+    assert cut_map("violations:sdpa_doc_mask").codes == set()
+
+
+def test_allows_varlen_attention():
+    assert "GC401" not in cut_map("reference:reference").codes
+
+
+# GC402 positions-fabricated ----------------------------------------------------------------
+
+
+def test_flags_positions_from_arange():
+    report = cut_map("violations:arange_positions")
+    assert report.codes == {"GC402"}
+    assert report.legal_cuts() == []
+
+
+def test_allows_positions_from_position_ids():
+    assert "GC402" not in cut_map("reference:reference").codes
+
+
+# GC403 shape-specialized --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", ["length_guard", "specialized_length"])
+def test_flags_guard_on_length(fixture):
+    assert cut_map(f"violations:{fixture}").codes == {"GC403"}
+
+
+def test_allows_shape_generic_export():
+    assert "GC403" not in cut_map("reference:reference").codes
+
+
+# GC501 non-bf16-parameter ------------------------------------------------------------------
+
+
+def test_flags_fp32_parameter():
+    report = verify("violations:fp32_param", (4,))
+    assert report.codes == {"GC501"}
+    (diag,) = report.diagnostics
+    assert diag.module == "model.layers.2.post_attention_layernorm.weight"
+    assert diag.stage == 0
+
+
+def test_allows_allowlisted_fp32_parameter():
+    assert cut_map("violations:fp32_allowlisted").codes == set()
+
+
+def test_allow_fp32_flag_extends_the_allowlist():
+    report = verify("violations:fp32_param", (4,), allow_fp32=("*.post_attention_layernorm.*",))
+    assert report.codes == set()
