@@ -8,7 +8,7 @@ cut L a norm+head-only last stage; an empty middle stage is not allowed.
 >>> [s.layers for s in plan.stages], plan.stage_of(7), plan.stage_of(-1), plan.stage_of(12)
 ([(0, 3), (4, 7), (8, 11)], 1, 0, 2)
 >>> plan_from_stages(3, 8).cuts
-(3, 6)
+(3, 5)
 """
 
 from __future__ import annotations
