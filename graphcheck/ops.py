@@ -185,3 +185,25 @@ def custom_mixer(node: torch.fx.Node) -> SequenceMixer | None:
         return None
     operands = _nodes(*node.args, *node.kwargs.values())
     return SequenceMixer(f"custom op {op_name(target)}", operands, operands)
+
+
+def is_higher_order(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
+
+
+def subgraph_mixers(node: torch.fx.Node, root: torch.nn.Module, token_axis) -> list[str]:
+    """Kinds of the sequence-mixing ops inside a higher-order op's subgraphs."""
+    kinds: list[str] = []
+    for arg in node.all_input_nodes:
+        sub = getattr(root, str(arg.target), None) if arg.op == "get_attr" else None
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for inner in sub.graph.nodes:
+            if inner.op != "call_function":
+                continue
+            mixer = sequence_mixer(inner, token_axis) or custom_mixer(inner)
+            if mixer is not None:
+                kinds.append(mixer.kind)
+            if is_higher_order(inner):
+                kinds.extend(subgraph_mixers(inner, sub, token_axis))
+    return kinds

@@ -49,6 +49,14 @@ class Program:
         return [n for n, r in self.region.items() if r.kind == "parameter"]
 
     @property
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Parameter FQNs that name the same tensor (tied weights)."""
+        groups: dict[int, list[str]] = {}
+        for fqn, tensor in self.exported.program.state_dict.items():
+            groups.setdefault(id(tensor), []).append(fqn)
+        return {f: tuple(g for g in fqns if g != f) for fqns in groups.values() for f in fqns}
+
+    @property
     def present_layers(self) -> list[int]:
         """Global indices of the layers that run (``None`` entries do not)."""
         return sorted({r.layer for r in self.region.values() if r.kind == "layer"})

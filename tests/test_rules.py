@@ -175,3 +175,34 @@ def test_allows_allowlisted_fp32_parameter():
 def test_allow_fp32_flag_extends_the_allowlist():
     report = verify("violations:fp32_param", (4,), allow_fp32=("*.post_attention_layernorm.*",))
     assert report.codes == set()
+
+
+def test_flags_eager_attention_with_causal_only_mask():
+    assert cut_map("violations:eager_causal_only").codes == {"GC401", "GC402"}
+
+
+def test_allows_eager_attention_with_document_mask():
+    assert cut_map("violations:eager_doc_mask").codes == set()
+
+
+def test_flags_sequence_mixing_hidden_in_control_flow():
+    # fail closed: graphcheck cannot see which mask a softmax inside torch.cond reads
+    import torch
+    from reference import CausalLM, Decoder, DecoderLayer
+
+    import graphcheck
+
+    class CondLayer(DecoderLayer):
+        def forward(self, x, cos, sin, *varlen):
+            def attend(x):
+                return torch.softmax(x @ x.transpose(1, 2), -1) @ x
+
+            return torch.cond(x.sum() > 0, attend, lambda x: x * 2, (x,))
+
+    class CondDecoder(Decoder):
+        layer_class = CondLayer
+
+    class CondLM(CausalLM):
+        decoder_class = CondDecoder
+
+    assert "GC401" in graphcheck.cut_map(CondLM).codes

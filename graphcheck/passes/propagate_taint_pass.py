@@ -71,4 +71,13 @@ class PropagateTaintPass(NodePass):
         if isinstance(val, _SYM) and self.region.get(node) != USER_INPUT and not bits:
             bits = LENGTH
         self.taint[node] = bits
-        self.role[node] = role_of(bits, is_tensor_value(val))
+        self.role[node] = role_of(bits, is_tensor_value(val) or _unknown_result(node))
+
+
+def _unknown_result(node: torch.fx.Node) -> bool:
+    """A call whose value export did not record: treat it as a tensor (fail closed),
+    unless its schema says it returns nothing (asserts)."""
+    if node.op != "call_function" or "val" in node.meta:
+        return False
+    schema = getattr(node.target, "_schema", None)
+    return schema is None or len(schema.returns) > 0

@@ -31,21 +31,26 @@ def check(ctx) -> list[Diagnostic]:
     found = []
     for cut in ctx.cuts:
         for crossing in cut.crossing:
-            if crossing.role != "parameter":
-                continue
-            node = crossing.node
-            name = ctx.program.owner.get(node, node.name)
-            readers = ", ".join(crossing.consumers[:3]) or "the right side"
-            found.append(
-                Diagnostic.at(
-                    CODE,
-                    NAME,
-                    f"parameter {name} is used on both sides of cut {cut.position} "
-                    f"(also by {readers}); untie it or keep its users on one stage",
-                    node=node,
-                    module=name,
-                    cut=cut.position,
-                    stage=ctx.right_stage(cut),
-                )
-            )
+            if crossing.role == "parameter":
+                found.append(_diagnostic(ctx, cut, crossing))
     return found
+
+
+def _diagnostic(ctx, cut, crossing) -> Diagnostic:
+    program, node = ctx.program, crossing.node
+    fqn = program.owner.get(node, node.name)
+    tied = program.aliases.get(fqn, ())
+    name = fqn + (f" (tied to {', '.join(tied)})" if tied else "")
+    left = {program.label(u) for u in node.users if u in program.interval}
+    left = sorted(left - set(crossing.consumers))
+    return Diagnostic.at(
+        CODE,
+        NAME,
+        f"parameter {name} is read on both sides of cut {cut.position}: by "
+        f"{', '.join(left[:2]) or 'the left side'} and by {', '.join(crossing.consumers[:2])}; "
+        "untie it or keep its users on one stage",
+        node=node,
+        module=fqn,
+        cut=cut.position,
+        stage=ctx.right_stage(cut),
+    )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch.fx
 
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.ops import custom_mixer, op_name, sequence_mixer
+from graphcheck.ops import custom_mixer, is_higher_order, op_name, sequence_mixer, subgraph_mixers
 from graphcheck.taint import DOCS
 
 CODE = "GC401"
@@ -47,6 +47,9 @@ def check(ctx) -> list[Diagnostic]:
     for node in program.graph.nodes:
         if node.op != "call_function" or program.role.get(node) != "activation":
             continue
+        if is_higher_order(node) and op_name(node.target) != "flex_attention":
+            found.extend(_opaque(program, node))
+            continue
         mixer = sequence_mixer(node, program.is_token_axis) or custom_mixer(node)
         if mixer is None or not any(program.role.get(d) == "activation" for d in mixer.data):
             continue
@@ -59,6 +62,19 @@ def check(ctx) -> list[Diagnostic]:
             continue
         found.append(Diagnostic.at(CODE, NAME, _message(program, mixer, segments), node=node))
     return found
+
+
+def _opaque(program, node: torch.fx.Node) -> list[Diagnostic]:
+    """Fail closed on sequence mixing hidden inside a higher-order op (``cond``, ...)."""
+    root = program.exported.program.graph_module
+    kinds = sorted(set(subgraph_mixers(node, root, program.is_token_axis)))
+    if not kinds:
+        return []
+    message = (
+        f"{', '.join(kinds)} inside {op_name(node.target)} cannot be checked for document "
+        "boundaries; move the sequence mixing out of the control-flow op"
+    )
+    return [Diagnostic.at(CODE, NAME, message, node=node)]
 
 
 def _message(program, mixer, segments) -> str:
