@@ -1,0 +1,72 @@
+"""Export cost: graphcheck against bare ``torch.export.export``.
+
+For each fixture, time a bare non-strict export (same fake weights, same
+symbolic inputs) and a full ``graphcheck map`` (export + analysis of every
+boundary) and ``graphcheck verify`` at a mid cut; print the ratios. Each
+figure is the best of ``--repeat`` runs.
+
+    .venv/bin/python benchmarks/bench_export.py [--repeat 3] [fixture ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+import graphcheck
+from graphcheck.export import _dynamic_shapes, accepted_inputs, example_inputs
+from graphcheck.load import build_fake, default_dtype, fake_mode, resolve_factory
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ["reference:reference", "reference:reference_64", "reference:llama8b_shape"]
+
+
+def spec(name: str) -> str:
+    module, factory = name.split(":")
+    return f"{ROOT / 'fixtures' / module}.py:{factory}"
+
+
+def bare_export(name: str) -> float:
+    mode = fake_mode()
+    model = build_fake(resolve_factory(spec(name)), mode)
+    names, _ = accepted_inputs(model)
+    with mode, default_dtype(torch.float32):
+        args = tuple(example_inputs(names).values())
+        shapes = tuple(_dynamic_shapes(names, auto=False).values())
+        start = time.perf_counter()
+        torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+    return time.perf_counter() - start
+
+
+def best(repeat: int, fn, *args, **kwargs) -> float:
+    """Best wall time of ``repeat`` calls of ``fn(*args, **kwargs)``."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("fixtures", nargs="*", default=DEFAULT)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{'fixture':28} {'export s':>9} {'map s':>7} {'ratio':>6} {'verify s':>9} {'ratio':>6}")
+    for name in args.fixtures:
+        bare = min(bare_export(name) for _ in range(args.repeat))
+        full = best(args.repeat, graphcheck.cut_map, spec(name))
+        cut = [graphcheck.cut_map(spec(name)).num_layers // 2]
+        one = best(args.repeat, graphcheck.verify, spec(name), cut)
+        print(f"{name:28} {bare:9.2f} {full:7.2f} {full / bare:6.2f} {one:9.2f} {one / bare:6.2f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
