@@ -1,8 +1,8 @@
 """The Python API, mirroring the command line.
 
->>> report = verify("fixtures/reference.py:reference", cuts=[4])  # doctest: +SKIP
->>> report.verdict, report.codes  # doctest: +SKIP
-('pass', set())
+>>> report = verify("fixtures/reference.py:reference", cuts=[4])
+>>> report.verdict, report.codes, [c.role for c in report.cut(4).crossing][:2]
+('pass', set(), ['activation', 'replicated'])
 """
 
 from __future__ import annotations
