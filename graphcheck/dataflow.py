@@ -147,7 +147,8 @@ def analyse_cuts(program: Program, positions: list[int]) -> list[CutAnalysis]:
 def _crossing(program: Program, cut: CutAnalysis, node, role: str) -> Crossing:
     consumers = []
     for user in node.users:
-        if user in program.interval and not cut.on_left(program, user):
+        flow_right = user in program.interval and not cut.on_left(program, user)
+        if flow_right or _runs_right(program, user, program.region[user], cut.position):
             label = program.label(user)
             if label not in consumers:
                 consumers.append(label)

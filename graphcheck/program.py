@@ -79,8 +79,15 @@ class Program:
         path = module_path(node)
         region = self.region.get(node)
         if region is not None and region.kind == "glue":
-            return f"{path or '<root>'} (glue)"
+            return f"{path or '<root>'} ({self._glue_place(node)})"
         return path or str(region)
+
+    def _glue_place(self, node: torch.fx.Node) -> str:
+        """``prelude``, ``glue after layer k`` or ``epilogue``."""
+        lo = self.interval.get(node, (-1, -1))[0]
+        if lo < 0:
+            return "prelude"
+        return "epilogue" if lo >= self.num_layers else f"glue after layer {lo}"
 
     def shape(self, node: torch.fx.Node) -> list[str] | None:
         """Symbolic shape with readable symbol names (``['1', 'T', '64']``)."""
