@@ -46,7 +46,7 @@ def test_minimum_cut_beats_as_soon_placement():
     assert sorted(program.dtype(n) for n in as_soon) == ["bfloat16", "float32"]
     cut = verify("violations:cast_in_loop", (4,)).cut(4)
     acts = [c for c in cut.crossing if c.role == "activation"]
-    assert [(c.dtype, c.producer) for c in acts] == [("bfloat16", "model (glue)")]
+    assert [(c.dtype, c.producer) for c in acts] == [("bfloat16", "model (glue after layer 3)")]
 
 
 def test_live_edges_is_one_sweep_over_all_boundaries():
