@@ -6,6 +6,11 @@ boundary) and ``graphcheck verify`` at a mid cut; print the ratios. Each
 figure is the best of ``--repeat`` runs.
 
     .venv/bin/python benchmarks/bench_export.py [--repeat 3] [fixture ...]
+
+A fixture is ``module:factory`` under ``fixtures/`` or an ``hf:`` spec
+(``hf:llama``, ``hf:fixtures/configs/llama-3.1-8b.json``); an ``hf:`` model is
+exported bare with the same attention implementation and kernel stand-ins
+graphcheck uses.
 """
 
 from __future__ import annotations
@@ -18,7 +23,14 @@ from pathlib import Path
 import torch
 
 import graphcheck
-from graphcheck.export import _dynamic_shapes, accepted_inputs, example_inputs
+from graphcheck.export import (
+    _dynamic_shapes,
+    _explicit_forward,
+    accepted_inputs,
+    example_inputs,
+)
+from graphcheck.hf import hf_factory, is_hf_spec
+from graphcheck.kernels import BUILTIN, patched
 from graphcheck.load import build_fake, default_dtype, fake_mode, resolve_factory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,15 +38,20 @@ DEFAULT = ["reference:reference", "reference:reference_64", "reference:llama8b_s
 
 
 def spec(name: str) -> str:
+    if is_hf_spec(name):
+        return name
     module, factory = name.split(":")
     return f"{ROOT / 'fixtures' / module}.py:{factory}"
 
 
 def bare_export(name: str) -> float:
     mode = fake_mode()
-    model = build_fake(resolve_factory(spec(name)), mode)
-    names, _ = accepted_inputs(model)
-    with mode, default_dtype(torch.float32):
+    factory = hf_factory(name) if is_hf_spec(name) else resolve_factory(spec(name))
+    model = build_fake(factory, mode)
+    names, wrap = accepted_inputs(model)
+    if wrap:  # torch rejects dynamic_shapes on **kwargs
+        model.forward = _explicit_forward(model, names)
+    with mode, default_dtype(torch.float32), patched(model, BUILTIN):
         args = tuple(example_inputs(names).values())
         shapes = tuple(_dynamic_shapes(names, auto=False).values())
         start = time.perf_counter()

@@ -30,6 +30,8 @@ class Context:
     cuts: list[CutAnalysis]
     plan: StagePlan | None = None
     allow_fp32: tuple[str, ...] = DEFAULT_ALLOW_FP32
+    stages: list | None = None  # StagePrograms, with --stage-builder
+    mismatches: list = field(default_factory=list)  # their differences from the uncut program
     wires: dict[int, Wire] = field(default_factory=dict)
 
     def wire(self, cut: CutAnalysis) -> Wire:

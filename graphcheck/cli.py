@@ -38,6 +38,24 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="parameters allowed to stay fp32 (added to *.A_log, *.dt_bias)",
     )
+    model = parser.add_argument_group("model building")
+    model.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        dest="settings",
+        help="override a config key of an hf: model (VALUE parsed as JSON if it parses)",
+    )
+    model.add_argument(
+        "--kernels", metavar="FILE.py", help="kernel stand-ins: a file with STAND_INS"
+    )
+    model.add_argument(
+        "--no-stand-ins",
+        action="store_false",
+        dest="stand_ins",
+        help="export the model's own kernel code (no built-in stand-ins)",
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
 
@@ -47,10 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graphcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     verify = sub.add_parser("verify", help="prove every cut of a stage plan")
-    verify.add_argument("model", metavar="MODEL", help="path/to/file.py:factory or pkg.mod:factory")
+    verify.add_argument(
+        "model", metavar="MODEL", help="path/to/file.py:factory, pkg.mod:factory or hf:SPEC"
+    )
     plan = verify.add_mutually_exclusive_group(required=True)
     plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
     plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
+    verify.add_argument(
+        "--stage-builder",
+        metavar="NAME|FILE.py:FN",
+        help="also prove each stage's own program: keep-index, moduledict, rebuild or a builder",
+    )
     _layout_options(verify)
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
@@ -66,6 +91,7 @@ def _split(text: str | None) -> list[str] | None:
 def _run(args: argparse.Namespace) -> tuple[str, int]:
     from graphcheck import api, report
     from graphcheck.checker import DEFAULT_ALLOW_FP32
+    from graphcheck.hf import parse_settings
     from graphcheck.partition import parse_cuts
 
     options = {
@@ -74,10 +100,15 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         "outputs": _split(args.outputs),
         "strict": args.strict,
         "allow_fp32": (*DEFAULT_ALLOW_FP32, *args.allow_fp32),
+        "settings": parse_settings(args.settings),
+        "kernels": args.kernels,
+        "stand_ins": args.stand_ins,
     }
     if args.command == "verify":
         cuts = parse_cuts(args.cuts) if args.cuts is not None else None
-        result = api.verify(args.model, cuts, args.stages, **options)
+        result = api.verify(
+            args.model, cuts, args.stages, stage_builder=args.stage_builder, **options
+        )
         text = report.render_text
     else:
         result = api.cut_map(args.model, **options)

@@ -53,14 +53,18 @@ class Exported:
     guards: list[str] = field(default_factory=list)
 
 
-def example_inputs(names: tuple[str, ...]) -> dict[str, object]:
-    """Example values (under the active fake mode) for the accepted varlen inputs."""
+def example_inputs(names: tuple[str, ...], hidden_size: int = 0) -> dict[str, object]:
+    """Example values (under the active fake mode) for the accepted varlen inputs.
+
+    ``hidden`` is the bf16 residual ``[1, T, hidden_size]`` a later pipeline stage
+    takes in place of ``input_ids``."""
     total = sum(EXAMPLE_DOCS)
     positions = torch.cat([torch.arange(n) for n in EXAMPLE_DOCS])[None]
     bounds = [sum(EXAMPLE_DOCS[:i]) for i in range(len(EXAMPLE_DOCS) + 1)]
     cu = torch.tensor(bounds, dtype=torch.int32)
     values = {
         "input_ids": torch.zeros(1, total, dtype=torch.long),
+        "hidden": torch.zeros(1, total, hidden_size, dtype=torch.bfloat16),
         "position_ids": positions,
         "cu_seq_lens_q": cu,
         "cu_seq_lens_k": cu.clone(),
@@ -75,6 +79,7 @@ def _dynamic_shapes(names: tuple[str, ...], auto: bool) -> dict[str, object]:
     docs = Dim.AUTO if auto else Dim("N1", min=2)
     spec = {
         "input_ids": {1: tokens},
+        "hidden": {1: tokens},
         "position_ids": {1: tokens},
         "cu_seq_lens_q": {0: docs},
         "cu_seq_lens_k": {0: docs},
@@ -91,10 +96,7 @@ def accepted_inputs(model: nn.Module) -> tuple[tuple[str, ...], bool]:
     names = tuple(n for n in VARLEN_INPUTS if n in params or var_kw)
     if "input_ids" not in names:
         raise ExportError(f"{type(model).__name__}.forward does not accept input_ids")
-    explicit = all(
-        params[n].kind is not inspect.Parameter.VAR_KEYWORD for n in names if n in params
-    )
-    return names, var_kw or not explicit
+    return names, list(params)[: len(names)] != list(names)
 
 
 def _explicit_forward(model: nn.Module, names: tuple[str, ...]):
@@ -108,15 +110,35 @@ def _explicit_forward(model: nn.Module, names: tuple[str, ...]):
     return forward
 
 
-def export_model(model: nn.Module, mode, strict: bool = False) -> Exported:
-    """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs."""
-    names, wrap = accepted_inputs(model)
+def stage_inputs(first: str) -> tuple[str, ...]:
+    """The positional inputs of a stage module: ``x`` (``input_ids`` on the first stage,
+    ``hidden`` on the others), then the varlen metadata."""
+    return (first, *VARLEN_INPUTS[1:])
+
+
+def export_model(
+    model: nn.Module,
+    mode,
+    strict: bool = False,
+    *,
+    stage_input: str | None = None,
+    hidden_size: int = 0,
+) -> Exported:
+    """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs.
+
+    With ``stage_input`` (``"input_ids"`` or ``"hidden"``) the model is a pipeline
+    stage module, called positionally as ``forward(x, position_ids, cu_seq_lens_q,
+    cu_seq_lens_k, max_length_q, max_length_k)``."""
+    if stage_input is None:
+        names, wrap = accepted_inputs(model)
+    else:
+        names, wrap = stage_inputs(stage_input), False
     if wrap:
         model.forward = _explicit_forward(model, names)
     start = time.perf_counter()
     guards: list[str] = []
     with mode, default_dtype(torch.float32):
-        args = tuple(example_inputs(names).values())
+        args = tuple(example_inputs(names, hidden_size).values())
         try:
             program = _export(model, args, names, strict, auto=False)
         except _GuardedError as err:
@@ -170,7 +192,7 @@ def _condense(err: BaseException) -> str:
 
 def _symbol_names(exported: Exported) -> dict[str, str]:
     """Readable names for the symbols of the input dims: T, N+1, max_length_q."""
-    readable = {"input_ids": "T", "position_ids": "T", "cu_seq_lens_q": "N+1"}
+    readable = {"input_ids": "T", "hidden": "T", "position_ids": "T", "cu_seq_lens_q": "N+1"}
     readable |= {"cu_seq_lens_k": "N+1", "max_length_q": "max_q", "max_length_k": "max_k"}
     names: dict[str, str] = {}
     nodes = {n.name: n for n in exported.program.graph.nodes if n.op == "placeholder"}

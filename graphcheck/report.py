@@ -49,14 +49,19 @@ class Report:
     export_seconds: float = 0.0
     seconds: float = 0.0
     nodes: int = 0
+    stage_programs: list[dict] = field(default_factory=list)  # with a stage builder
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
 
     @property
     def verdict(self) -> str:
-        return "fail" if self.diagnostics else "pass"
+        return "fail" if self.errors else "pass"
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.diagnostics else 0
+        return 1 if self.errors else 0
 
     @property
     def codes(self) -> set[str]:
@@ -67,7 +72,7 @@ class Report:
 
     def legal_cuts(self) -> list[int]:
         """Boundaries whose cut passes and that no whole-program finding spoils."""
-        if any(d.cut is None for d in self.diagnostics):
+        if any(d.cut is None for d in self.errors):
             return []
         return [c.position for c in self.cuts if c.verdict == "pass"]
 
@@ -81,6 +86,7 @@ class Report:
             "stages": [s.as_dict() for s in self.stages],
             "cuts": [c.as_dict() for c in self.cuts],
             "diagnostics": [d.as_dict() for d in self.diagnostics],
+            "stage_programs": self.stage_programs,
             "export_seconds": round(self.export_seconds, 3),
             "seconds": round(self.seconds, 3),
             "nodes": self.nodes,
@@ -126,7 +132,8 @@ def _crossing_rows(crossing: list[Crossing]) -> list[str]:
 def _diagnostic_lines(d: Diagnostic) -> list[str]:
     where = [f"cut {d.cut}" if d.cut is not None else None]
     where += [f"stage {d.stage}" if d.stage is not None else None]
-    head = f"{d.code} {d.name}" + "".join(f" · {w}" for w in where if w)
+    label = " (warning)" if d.severity == "warning" else ""
+    head = f"{d.code} {d.name}{label}" + "".join(f" · {w}" for w in where if w)
     lines = [head, f"    {d.message}"]
     if d.node or d.module:
         lines.append(f"    at {d.node or '-'} in {d.module or '-'}")
@@ -148,13 +155,23 @@ def _diagnostics(report: Report) -> list[str]:
 def render_text(report: Report) -> str:
     lines = _header(report)
     lines += [_stage_line(s) for s in report.stages]
+    if report.stage_programs:
+        seconds = sum(p["export_seconds"] for p in report.stage_programs)
+        lines += [
+            f"  stage programs: {len(report.stage_programs)} exported in {seconds:.1f} s, "
+            f"{sum(p['nodes'] for p in report.stage_programs)} nodes, compared layer by layer"
+        ]
     for cut in report.cuts:
         codes = f" ({', '.join(sorted(set(cut.codes)))})" if cut.codes else ""
         lines += ["", f"cut {cut.position}: {cut.verdict.upper()}{codes}"]
         lines += _crossing_rows(cut.crossing)
     lines += _diagnostics(report)
     proven = sum(c.verdict == "pass" for c in report.cuts)
-    lines += ["", f"verdict: {report.verdict.upper()} ({proven}/{len(report.cuts)} cuts proven)"]
+    summary = f"{proven}/{len(report.cuts)} cuts proven"
+    if report.stage_programs:
+        differ = sum(d.code in ("GC301", "GC303") for d in report.errors)
+        summary += f"; {len(report.stage_programs)} stage programs, {differ} differences"
+    lines += ["", f"verdict: {report.verdict.upper()} ({summary})"]
     return "\n".join(lines) + "\n"
 
 

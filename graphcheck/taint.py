@@ -42,6 +42,7 @@ DATA = TOKENS | DOCS | POSITIONS | MAXLEN
 
 INPUT_TAINT = {
     "input_ids": TOKENS,
+    "hidden": TOKENS | PARAM,  # a pipeline stage's incoming residual: an activation
     "position_ids": POSITIONS | DOCS,
     "cu_seq_lens_q": DOCS,
     "cu_seq_lens_k": DOCS,

@@ -15,13 +15,19 @@ GC203 boundary-not-materialized       the crossing value is a view / has a
 GC204 boundary-not-layer-output       the crossing activation is not the residual
                                       between the two layers
 GC205 parameter-shared-across-stages  a parameter is used by two stages
+GC301 kernel-choice-flipped           a stage program's layer differs from the uncut
+                                      program's layer (``--stage-builder``)
+GC302 layer-identity-lost             a stage's layers lost their global indices
+                                      (warning)
+GC303 stage-program-differs           embedding, prelude side inputs, norm+head or
+                                      the stage hand-off differ
 GC401 varlen-metadata-not-consumed    a sequence-mixing op ignores document boundaries
 GC402 positions-fabricated            positions or masks derived from T, not position_ids
 GC403 shape-specialized               export specialised or guarded T / N
 GC501 non-bf16-parameter              a stage parameter outside the allowlist is not bf16
 ==== ================================ ==============================================
 
-GC3xx is reserved for stage-program equivalence.
+GC3xx are the stage-program equivalence rules: they run with a stage builder.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from graphcheck.rules import (
     gc203_boundary_not_materialized,
     gc204_boundary_not_layer_output,
     gc205_parameter_shared_across_stages,
+    gc301_kernel_choice_flipped,
+    gc302_layer_identity_lost,
+    gc303_stage_program_differs,
     gc401_varlen_metadata_not_consumed,
     gc402_positions_fabricated,
     gc403_shape_specialized,
@@ -50,6 +59,9 @@ RULES = (
     gc203_boundary_not_materialized,
     gc204_boundary_not_layer_output,
     gc205_parameter_shared_across_stages,
+    gc301_kernel_choice_flipped,
+    gc302_layer_identity_lost,
+    gc303_stage_program_differs,
     gc401_varlen_metadata_not_consumed,
     gc402_positions_fabricated,
     gc403_shape_specialized,

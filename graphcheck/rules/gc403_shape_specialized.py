@@ -31,7 +31,7 @@ CODE = "GC403"
 NAME = "shape-specialized"
 SUMMARY = "export specialised or guarded T / N"
 
-_DIMS = {"input_ids": 1, "position_ids": 1, "cu_seq_lens_q": 0, "cu_seq_lens_k": 0}
+_DIMS = {"input_ids": 1, "hidden": 1, "position_ids": 1, "cu_seq_lens_q": 0, "cu_seq_lens_k": 0}
 
 
 def check(ctx) -> list[Diagnostic]:

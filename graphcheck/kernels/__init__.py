@@ -1,0 +1,17 @@
+"""Kernels as graph nodes: the varlen attention implementation and kernel stand-ins.
+
+* :mod:`graphcheck.kernels.ops` - the ``graphcheck::`` custom ops (fake and
+  eager implementations);
+* :mod:`graphcheck.kernels.attention` - the ``"graphcheck_varlen"``
+  transformers attention implementation;
+* :mod:`graphcheck.kernels.standins` - stand-ins for fused kernels, the
+  built-in registry, kernels files, and the patching context used during
+  export.
+"""
+
+from __future__ import annotations
+
+from graphcheck.kernels.attention import ATTENTION, register
+from graphcheck.kernels.standins import BUILTIN, StandIn, load_kernels, patched
+
+__all__ = ["ATTENTION", "BUILTIN", "StandIn", "load_kernels", "patched", "register"]

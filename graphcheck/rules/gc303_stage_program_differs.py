@@ -1,0 +1,40 @@
+"""GC303 stage-program-differs
+
+What it checks
+    Outside the layers, each stage runs what the uncut program runs: the
+    embedding program on the first stage, the norm and head program on the
+    last, side inputs (masks, rotary tables) computed as in the uncut
+    prelude, every global layer of the stage present, and each non-last stage
+    returning the bf16 ``[1, T, H]`` residual the next stage takes as ``x``.
+    Requires ``--stage-builder``.
+
+Why it matters
+    A stage module is a separate program. A stage that rebuilds its rotary
+    table with another config, drops a layer, or hands over fp32 or logits
+    computes other bytes than the uncut program.
+
+Example
+    A builder that keeps the final norm off the last stage; a stage whose
+    forward returns ``h.float()``.
+
+Fix
+    Build stage modules from the same model code and config; keep edge
+    modules on the edge stages; return the bf16 hidden states.
+"""
+
+from __future__ import annotations
+
+from graphcheck.diagnostics import Diagnostic
+
+CODE = "GC303"
+NAME = "stage-program-differs"
+SUMMARY = "embedding, prelude side inputs, norm+head or stage hand-off differ"
+KINDS = ("edge", "side-prelude", "boundary", "missing")
+
+
+def check(ctx) -> list[Diagnostic]:
+    return [
+        Diagnostic.at(CODE, NAME, m.message, node=m.node, stage=m.stage)
+        for m in ctx.mismatches
+        if m.kind in KINDS
+    ]
