@@ -51,7 +51,7 @@ def resolve_factory(spec: str) -> Callable[[], nn.Module]:
 def _import_file(path: str):
     file = Path(path)
     if not file.is_file():
-        raise ModelLoadError(f"model file not found: {path}")
+        raise ModelLoadError(f"file not found: {path}")
     mod_name = "graphcheck_model_" + "_".join(file.resolve().with_suffix("").parts[-3:])
     spec = importlib.util.spec_from_file_location(mod_name, file)
     module = importlib.util.module_from_spec(spec)

@@ -74,6 +74,8 @@ BAD_INPUTS = [
     (["verify", REFERENCE, "--cuts", "4", "--layers", "model.blocks"], "not found"),
     (["verify", "no-colon", "--cuts", "4"], "model spec"),
     (["verify", REFERENCE], "required"),
+    (["verify", REFERENCE, "--cuts", "4", "--stage-builder", "keep-idx"], "stage builder"),
+    (["verify", REFERENCE, "--cuts", "4", "--stage-builder", "none.py:build"], "not found"),
 ]
 
 
