@@ -54,10 +54,12 @@ ROLES = ("activation", "replicated", "parameter", "symbolic")
 
 
 def role_of(bits: int, tensor: bool) -> str:
-    if not tensor:
-        return "symbolic"
+    """The role of a value with taint ``bits``. A scalar read out of an activation
+    (``x.sum().item()``) is an activation too: only sizes are free metadata."""
     if bits & PARAM and bits & DATA:
         return "activation"
+    if not tensor:
+        return "symbolic"
     if bits & PARAM:
         return "parameter"
     return "replicated"
