@@ -199,10 +199,11 @@ class Session:
         widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
         bounds = (0, *plan.cuts, plan.num_layers)
         for index, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            stage = build_stage(
-                self.module, self.layout, builder, self.mode, index, list(range(lo, hi)),
-                plan, widths[index],
-            )  # fmt: skip
+            with patched(self.module, self.stand_ins):
+                stage = build_stage(
+                    self.module, self.layout, builder, self.mode, index, list(range(lo, hi)),
+                    plan, widths[index],
+                )  # fmt: skip
             stages.append(stage)
             last = index == plan.num_stages - 1
             mismatches += compare_stage(program, stage, last, widths[index + 1])

@@ -15,9 +15,9 @@
 
 ``settings`` (``--set KEY=VALUE``) override config keys after that; a value is
 parsed as JSON when it parses (``8``, ``true``, ``[1, 2]``), else kept as a
-string; ``num_hidden_layers`` on a full config keeps the first entries of
-its ``layer_types``. ``attn_implementation`` picks another attention implementation
-(``eager``, ``sdpa``); by default the model attends through
+string; ``num_hidden_layers`` on a full config keeps the first entries of its
+``layer_types``. ``attn_implementation`` picks another attention
+implementation (``eager``, ``sdpa``); by default the model attends through
 ``"graphcheck_varlen"`` (:mod:`graphcheck.kernels.attention`). The cache is
 off (``use_cache=False``).
 

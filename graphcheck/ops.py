@@ -166,6 +166,34 @@ def sequence_mixer(node: torch.fx.Node, token_axis) -> SequenceMixer | None:
     return None
 
 
+# Arguments that select rows (indices), by op: a permutation made with arange there
+# reorders tokens (MoE dispatch), it does not invent positions.
+INDEX_ARGUMENTS = {
+    "aten.index.Tensor": 1,
+    "aten._unsafe_index.Tensor": 1,
+    "aten.index_put.default": 1,
+    "aten.index_put_.default": 1,
+    "aten._unsafe_index_put.default": 1,
+    "aten.index_select.default": 2,
+    "aten.index_add.default": 2,
+    "aten.index_copy.default": 2,
+    "aten.gather.default": 2,
+    "aten.scatter.src": 2,
+    "aten.scatter.value": 2,
+    "aten.scatter_add.default": 2,
+    "aten.scatter_reduce.two": 2,
+    "aten.take.default": 1,
+}
+
+
+def index_operands(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """The operands ``node`` uses only to pick rows (see :data:`INDEX_ARGUMENTS`)."""
+    position = INDEX_ARGUMENTS.get(op_name(node.target))
+    if position is None or len(node.args) <= position:
+        return set()
+    return set(_nodes(node.args[position]))
+
+
 _KNOWN_NAMESPACES = {
     "aten",
     "prims",

@@ -141,6 +141,10 @@ def test_flags_positions_from_arange():
     assert report.legal_cuts() == []
 
 
+def test_flags_learned_positions_looked_up_with_arange():
+    assert cut_map("violations:learned_positions_arange").codes == {"GC402"}
+
+
 def test_allows_positions_from_position_ids():
     assert "GC402" not in cut_map("reference:reference").codes
 

@@ -38,7 +38,7 @@ from torch import nn
 from graphcheck.errors import ModelLoadError
 from graphcheck.kernels import ops
 
-__all__ = ["BUILTIN", "StandIn", "builtin_stand_ins", "load_kernels", "patched"]
+__all__ = ["BUILTIN", "StandIn", "load_kernels", "patched"]
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,6 @@ BUILTIN: tuple[StandIn, ...] = tuple(
         ("causal_conv1d_fn", causal_conv1d_fn),
     )
 )
-
-
-def builtin_stand_ins() -> tuple[StandIn, ...]:
-    return BUILTIN
 
 
 def load_kernels(path: str) -> tuple[StandIn, ...]:

@@ -49,7 +49,7 @@ class PropagateTaintPass(NodePass):
             bits = 0
             for arg in node.all_input_nodes:
                 bits |= self.taint.get(arg, 0)
-        if name.startswith("aten.arange"):
+        if name.startswith("aten.arange") or _slices_by_size(node, name):
             bits |= ARANGE
         self._set(node, bits)
 
@@ -72,6 +72,14 @@ class PropagateTaintPass(NodePass):
             bits = LENGTH
         self.taint[node] = bits
         self.role[node] = role_of(bits, is_tensor_value(val) or _unknown_result(node))
+
+
+def _slices_by_size(node: torch.fx.Node, name: str) -> bool:
+    """``table[:T]``: taking the first T rows is indexing with ``arange(T)``."""
+    if name not in ("aten.slice.Tensor", "aten.narrow.default"):
+        return False
+    bounds = node.args[2:4]
+    return any(isinstance(b, torch.fx.Node) and isinstance(b.meta.get("val"), _SYM) for b in bounds)
 
 
 def _unknown_result(node: torch.fx.Node) -> bool:

@@ -2,9 +2,10 @@
 
 What it checks
     Positions and masks come from the ``position_ids`` / ``cu_seq_lens``
-    inputs, not from an ``arange`` over the packed length T: no index ramp
-    that lacks the document metadata reaches an activation or an attention
-    op's mask.
+    inputs, not from the packed length T: no index ramp (``arange(T)``, a
+    table sliced to its first T rows) that lacks the document metadata
+    reaches an activation or an attention op's mask, directly or through a
+    learned position table.
 
 Why it matters
     In a packed batch, token ``t`` of the row is not at position ``t`` of its
@@ -23,7 +24,10 @@ Fix
 
 from __future__ import annotations
 
+import torch
+
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.ops import index_operands
 from graphcheck.taint import ARANGE, DOCS
 
 CODE = "GC402"
@@ -35,10 +39,11 @@ def check(ctx) -> list[Diagnostic]:
     program = ctx.program
     found, seen = [], set()
     for node in program.graph.nodes:
-        if program.role.get(node) != "activation":
-            continue
+        if program.role.get(node) != "activation" or _integer(node):
+            continue  # integer results are index bookkeeping (a permutation), not positions
+        rows = index_operands(node)
         for arg in node.all_input_nodes:
-            if arg in seen or program.role.get(arg) != "replicated":
+            if arg in seen or arg in rows or program.role.get(arg) not in _SIDE:
                 continue
             bits = program.taint.get(arg, 0)
             if bits & ARANGE and not bits & DOCS:
@@ -54,3 +59,15 @@ def check(ctx) -> list[Diagnostic]:
                     )
                 )
     return found
+
+
+_SIDE = ("replicated", "parameter")  # a position table is a weight looked up by index
+
+
+def _integer(node) -> bool:
+    val = node.meta.get("val")
+    return (
+        isinstance(val, torch.Tensor)
+        and not val.dtype.is_floating_point
+        and val.dtype != torch.bool
+    )
