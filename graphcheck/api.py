@@ -21,6 +21,7 @@ flags of the same names):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,7 @@ from torch import nn
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.dataflow import analyse_cuts
 from graphcheck.equivalence import build_stage, compare_stage
-from graphcheck.errors import AnalysisError, UsageError
+from graphcheck.errors import AnalysisError, ExportError, UsageError
 from graphcheck.export import export_model
 from graphcheck.hf import hf_factory, is_hf_spec
 from graphcheck.kernels import BUILTIN, load_kernels, patched
@@ -39,7 +40,7 @@ from graphcheck.load import build_fake, fake_mode, resolve_factory
 from graphcheck.partition import StagePlan, plan_from_cuts, plan_from_stages
 from graphcheck.program import Program, analyse
 from graphcheck.report import CutReport, Report
-from graphcheck.stages import StageBuilder, resolve_builder
+from graphcheck.stages import BUILTINS, StageBuilder, resolve_builder
 
 __all__ = ["verify", "cut_map", "Explorer", "ModelArg"]
 
@@ -192,6 +193,7 @@ class Session:
 
     def stage_programs(self, builder, program: Program, ctx: Context):
         """Build, export and compare every stage of ``ctx.plan``."""
+        name = builder if isinstance(builder, str) else None
         if isinstance(builder, str):
             builder = resolve_builder(builder, self.layout)
         plan = ctx.plan
@@ -199,7 +201,7 @@ class Session:
         widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
         bounds = (0, *plan.cuts, plan.num_layers)
         for index, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            with patched(self.module, self.stand_ins):
+            with patched(self.module, self.stand_ins), _builtin_hint(name, index):
                 stage = build_stage(
                     self.module, self.layout, builder, self.mode, index, list(range(lo, hi)),
                     plan, widths[index],
@@ -208,6 +210,21 @@ class Session:
             last = index == plan.num_stages - 1
             mismatches += compare_stage(program, stage, last, widths[index + 1])
         return stages, mismatches
+
+
+@contextlib.contextmanager
+def _builtin_hint(name: str | None, index: int):
+    """Say what the builtin stage builders expect when a stage fails to export."""
+    try:
+        yield
+    except ExportError as err:
+        if name not in BUILTINS:
+            raise
+        raise ExportError(
+            f"stage {index} ({name}): {err}; the builtin stage builders need a pipeline-aware "
+            "model (a stage sets the modules it does not own to None and takes hidden states "
+            "as input_ids): pass --stage-builder file.py:function"
+        ) from err
 
 
 def _stage_summary(stage) -> dict:
