@@ -170,7 +170,8 @@ def render_text(report: Report) -> str:
     summary = f"{proven}/{len(report.cuts)} cuts proven"
     if report.stage_programs:
         differ = sum(d.code in ("GC301", "GC303") for d in report.errors)
-        summary += f"; {len(report.stage_programs)} stage programs, {differ} differences"
+        plural = "" if differ == 1 else "s"
+        summary += f"; {len(report.stage_programs)} stage programs, {differ} difference{plural}"
     lines += ["", f"verdict: {report.verdict.upper()} ({summary})"]
     return "\n".join(lines) + "\n"
 
