@@ -10,6 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from graphcheck.api import cut_map, verify
+from graphcheck.byte_gate import gate
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import (
     AnalysisError,
@@ -19,12 +20,14 @@ from graphcheck.errors import (
     ModelLoadError,
     UsageError,
 )
+from graphcheck.gate_report import GateReport
 from graphcheck.report import Report
 
 __all__ = [
     "AnalysisError",
     "Diagnostic",
     "ExportError",
+    "GateReport",
     "GraphcheckError",
     "LayoutError",
     "ModelLoadError",
@@ -32,5 +35,6 @@ __all__ = [
     "UsageError",
     "__version__",
     "cut_map",
+    "gate",
     "verify",
 ]

@@ -2,7 +2,8 @@
 
 Exit status: 0 every cut proven, 1 violations found, 2 could not verify (bad
 arguments, model not found, factory raised, export failed), with one line on
-stderr.
+stderr. ``gate``: 0 bytes equal and documents isolated, 1 either fails, 2 could
+not run (as above, or an op without a CPU implementation).
 """
 
 from __future__ import annotations
@@ -80,8 +81,39 @@ def build_parser() -> argparse.ArgumentParser:
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
+    _gate_parser(sub)
     sub.add_parser("rules", help="print the rule table")
     return parser
+
+
+def _gate_parser(sub) -> None:
+    gate = sub.add_parser("gate", help="run the split program on CPU and compare the bytes")
+    gate.add_argument("model", metavar="MODEL")
+    plan = gate.add_mutually_exclusive_group(required=True)
+    plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
+    plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
+    gate.add_argument(
+        "--stage-builder", metavar="NAME|FILE.py:FN", help="run these stage modules chained"
+    )
+    gate.add_argument("--seed", type=int, default=0, help="weights and tokens (default 0)")
+    gate.add_argument("--docs", metavar="N[,N]", help="document lengths (default 61,17,94,38,5,41)")
+    _layout_options(gate)
+
+
+def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
+    from graphcheck.byte_gate import gate
+    from graphcheck.gate_report import render_gate_json, render_gate_text
+    from graphcheck.packed import parse_docs
+    from graphcheck.partition import parse_cuts
+
+    cuts = parse_cuts(args.cuts) if args.cuts is not None else None
+    docs = parse_docs(args.docs)
+    result = gate(
+        args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
+        docs=docs, **options,
+    )  # fmt: skip
+    render = render_gate_json if args.format == "json" else render_gate_text
+    return render(result), result.exit_code
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -104,6 +136,8 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         "kernels": args.kernels,
         "stand_ins": args.stand_ins,
     }
+    if args.command == "gate":
+        return _gate(args, options)
     if args.command == "verify":
         cuts = parse_cuts(args.cuts) if args.cuts is not None else None
         result = api.verify(

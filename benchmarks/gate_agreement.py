@@ -1,0 +1,151 @@
+"""The agreement table: the static verdict against executed bytes, fixture by cut.
+
+For every fixture of ``fixtures/reference.py`` and ``fixtures/violations.py``
+that exports (and, with ``--hf``, every tiny transformers family) and every cut
+0..L as the only cut, run ``graphcheck gate`` and print one Markdown row per run
+of consecutive cuts with the same outcome: static verdict and codes, staged
+bytes against the uncut model, document isolation. A few extra rows run a
+stage builder or a short batch. The script fails (exit 1) on any cell where
+the proof says PASS and the bytes differ.
+
+    .venv/bin/python benchmarks/gate_agreement.py [--hf] [fixture ...]
+
+Left out: ``llama8b_shape`` (8B real weights do not fit a CI machine),
+``export_fails`` and ``factory_raises`` (they cannot be built or exported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import itertools
+import sys
+import time
+from pathlib import Path
+
+from graphcheck.byte_gate import Gate
+from graphcheck.gate_report import GateReport
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "fixtures"))
+
+import reference  # noqa: E402
+import violations  # noqa: E402
+
+SKIP = {"llama8b_shape", "export_fails", "factory_raises"}
+FAMILIES = [
+    "llama", "qwen3", "qwen3_moe", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3",
+    "qwen3_next", "qwen3_5", "qwen3_5_moe",
+]  # fmt: skip
+EXTRA = [  # (fixture, cuts, options)
+    ("reference:reference", [[k] for k in range(1, 8)], {"stage_builder": "keep-index"}),
+    ("reference:reference", [[k] for k in range(1, 8)], {"stage_builder": "rebuild"}),
+    ("reference:window_only", [[k] for k in range(1, 8)], {"stage_builder": "rebuild"}),
+    ("violations:specialized_length", [[4]], {"docs": (5, 7)}),
+]
+
+
+def fixtures() -> list[str]:
+    names = []
+    for module in (reference, violations):
+        for name in module.__all__:
+            factory = getattr(module, name)
+            if name in SKIP or not callable(factory) or not name[0].islower():
+                continue
+            if getattr(factory, "__module__", "") == module.__name__ and _is_factory(factory):
+                names.append(f"{module.__name__}:{name}")
+    return names
+
+
+def _is_factory(fn) -> bool:
+    params = inspect.signature(fn).parameters.values()
+    return all(p.default is not inspect.Parameter.empty for p in params)
+
+
+def spec(name: str) -> str:
+    if name.startswith("hf:"):
+        return name
+    module, factory = name.split(":")
+    return f"{ROOT / 'fixtures' / module}.py:{factory}"
+
+
+def static_cell(report: GateReport) -> str:
+    codes = ", ".join(report.static_codes)
+    return report.static_verdict.upper() + (f" {codes}" if codes else "")
+
+
+def bytes_cell(reports: list[tuple[int, GateReport]]) -> str:
+    cut, first = reports[0]
+    check = first.bytes
+    if check.status == "equal":
+        return "equal"
+    if check.status == "differ":
+        lo, hi = (f(r.bytes.max_abs_diff for _, r in reports) for f in (min, max))
+        return f"differ (max abs {lo:.3g})" if lo == hi else f"differ (max abs {lo:.3g}-{hi:.3g})"
+    blocked = check.blocked
+    if blocked is None or not blocked.node:
+        return "cannot run"
+    more = ", ..." if len(reports) > 1 else ""
+    return f"cannot run (cut {cut}: needs `{blocked.node}` from {blocked.producer}{more})"
+
+
+def isolation_cell(reports: list[tuple[int, GateReport]]) -> str:
+    status = reports[0][1].isolation.status
+    if status == "bitwise":
+        return status
+    return f"{status} (max rel {max(r.isolation.max_rel_diff for _, r in reports):.2g})"
+
+
+def ranges(cuts: list[int]) -> str:
+    parts = []
+    for _, group in itertools.groupby(enumerate(cuts), lambda p: p[1] - p[0]):
+        block = [c for _, c in group]
+        parts.append(f"{block[0]}" if len(block) == 1 else f"{block[0]}-{block[-1]}")
+    return ", ".join(parts)
+
+
+def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], int]:
+    """One row per outcome (static verdict, bytes status, isolation status)."""
+    groups: dict[tuple, list[tuple[int, GateReport]]] = {}
+    disagreements = 0
+    for cuts in plans:
+        report = gate.run(cuts, **options)
+        disagreements += not report.agrees
+        key = (static_cell(report), report.bytes.status, report.isolation.status)
+        groups.setdefault(key, []).append((cuts[0], report))
+    rows = []
+    for (static, _, _), reports in groups.items():
+        cuts = ranges(sorted(c for c, _ in reports))
+        cells = (label, cuts, static, bytes_cell(reports), isolation_cell(reports))
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows, disagreements
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hf", action="store_true", help="also the tiny transformers families")
+    parser.add_argument("names", nargs="*")
+    args = parser.parse_args()
+    names = args.names or fixtures() + ([f"hf:{f}" for f in FAMILIES] if args.hf else [])
+    start = time.perf_counter()
+    print("| fixture | cuts | static | staged vs uncut | isolation |")
+    print("|---|---|---|---|---|")
+    bad = 0
+    for name in names:
+        gate = Gate(spec(name))
+        plans = [[k] for k in range(gate.explorer.num_layers + 1)]
+        rows, disagreements = rows_for(gate, plans, {}, name.split(":")[-1])
+        print("\n".join(rows), flush=True)
+        bad += disagreements
+    if not args.names:
+        for name, plans, options in EXTRA:
+            label = name.split(":")[-1] + ", " + ", ".join(f"{k} {v}" for k, v in options.items())
+            rows, disagreements = rows_for(Gate(spec(name)), plans, options, label)
+            print("\n".join(rows), flush=True)
+            bad += disagreements
+    print(f"\n{time.perf_counter() - start:.0f} s; static PASS with differing bytes: {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

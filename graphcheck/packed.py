@@ -1,0 +1,100 @@
+"""Packed varlen batches with real values, for the gate.
+
+A batch packs documents of the given lengths into one row: ``input_ids`` and
+``position_ids`` ``[1, T]`` int64 (positions restart at 0 in every document),
+``cu_seq_lens_q/k`` ``[N + 1]`` int32 and ``max_length_q/k`` ints. Token ids are
+drawn from a seeded generator, so a (lengths, vocabulary, seed) triple always
+gives the same batch.
+
+>>> batch = PackedBatch.random((3, 2), vocab_size=11, seed=0)
+>>> batch.position_ids.tolist(), batch.cu_seq_lens.tolist(), batch.locate(4)
+([[0, 1, 2, 0, 1]], [0, 3, 5], (1, 1))
+>>> alone = batch.document(1)
+>>> alone.docs, torch.equal(alone.input_ids, batch.input_ids[:, 3:])
+((2,), True)
+>>> parse_docs("40,7")
+(40, 7)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from graphcheck.errors import UsageError
+
+__all__ = ["DEFAULT_DOCS", "PackedBatch", "parse_docs"]
+
+DEFAULT_DOCS = (61, 17, 94, 38, 5, 41)  # T = 256 tokens in N = 6 documents
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    docs: tuple[int, ...]
+    input_ids: torch.Tensor
+
+    @classmethod
+    def random(cls, docs, vocab_size: int, seed: int = 0) -> PackedBatch:
+        docs = tuple(int(n) for n in docs)
+        if not docs or min(docs) < 1:
+            raise UsageError(f"documents must have at least one token, got {list(docs)}")
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, vocab_size, (1, sum(docs)), generator=generator)
+        return cls(docs, ids)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.docs)
+
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of every document in the packed row."""
+        return list(itertools.pairwise(itertools.accumulate(self.docs, initial=0)))
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        return torch.cat([torch.arange(n) for n in self.docs])[None]
+
+    @property
+    def cu_seq_lens(self) -> torch.Tensor:
+        return torch.tensor([s for s, _ in self.spans] + [self.tokens], dtype=torch.int32)
+
+    def inputs(self, names) -> dict[str, object]:
+        """Values for the varlen inputs in ``names``."""
+        values = {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "cu_seq_lens_q": self.cu_seq_lens,
+            "cu_seq_lens_k": self.cu_seq_lens,
+            "max_length_q": max(self.docs),
+            "max_length_k": max(self.docs),
+        }
+        return {name: values[name] for name in names}
+
+    def document(self, index: int) -> PackedBatch:
+        """Document ``index`` as a batch of its own (same tokens)."""
+        start, end = self.spans[index]
+        return PackedBatch((end - start,), self.input_ids[:, start:end].clone())
+
+    def locate(self, token: int) -> tuple[int, int]:
+        """``(document, position)`` of packed token index ``token``."""
+        for index, (start, end) in enumerate(self.spans):
+            if start <= token < end:
+                return index, token - start
+        raise IndexError(token)
+
+
+def parse_docs(text: str | None) -> tuple[int, ...]:
+    """``"40,7,3"`` -> ``(40, 7, 3)`` (``None``: :data:`DEFAULT_DOCS`); raises
+    :class:`UsageError` on anything else."""
+    if text is None:
+        return DEFAULT_DOCS
+    try:
+        docs = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        docs = ()
+    if not docs or min(docs) < 1:
+        raise UsageError(f"--docs {text!r} is not a comma-separated list of positive lengths")
+    return docs
