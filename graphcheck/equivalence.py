@@ -20,6 +20,7 @@ import torch.fx
 from networkx.algorithms.isomorphism import DiGraphMatcher
 from torch import nn
 
+from graphcheck.diagnostics import normalize_fqn
 from graphcheck.errors import AnalysisError
 from graphcheck.export import export_model
 from graphcheck.fingerprint import Part, Provenance, part_of
@@ -197,8 +198,11 @@ def _op_difference(up, sp, u, s, index, layer, what, kind) -> Mismatch:
     tag, i1, _, j1, _ = next(op for op in matcher.get_opcodes() if op[0] != "equal")
     unode = up.ops[i1] if i1 < len(up.ops) else None
     snode = sp.ops[j1] if j1 < len(sp.ops) else None
-    if tag == "replace" and unode.target == snode.target:
+    umod, smod = _within(u.program, unode), _within(s.program, snode)
+    if tag == "replace" and unode.target == snode.target and umod == smod:
         detail = _arg_difference(u.program, s.program, unode, snode)
+    elif umod != smod and unode is not None and snode is not None:
+        detail = f"uncut program runs `{umod}`; this stage's program runs `{smod}`"
     elif len(up.ops) == len(sp.ops):
         ucall, scall = _call(u.program, unode), _call(s.program, snode)
         detail = f"uncut program {ucall}; this stage's program {scall}"
@@ -208,6 +212,21 @@ def _op_difference(up, sp, u, s, index, layer, what, kind) -> Mismatch:
             f"first divergence: uncut {_call(u.program, unode)}, stage {_call(s.program, snode)}"
         )
     return Mismatch(kind, index, layer, f"{what}: {detail}", snode, unode)
+
+
+def _within(program: Program, node) -> str | None:
+    """Module path of ``node`` inside its layer, with the module's class (``self_attn.q_proj``)."""
+    if node is None:
+        return None
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path, cls = stack[-1] if stack else ("", "")
+    path = normalize_fqn(path) or ""
+    region = program.region.get(node)
+    keys = {g: k for k, g in program.layout.layer_keys.items()}
+    if region is not None and region.kind == "layer":
+        path = path.removeprefix(f"{program.layout.layer_prefix}.{keys.get(region.layer)}.")
+    name = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else getattr(cls, "__name__", "")
+    return f"{path} ({name})" if name else path
 
 
 def _call(program: Program, node) -> str:

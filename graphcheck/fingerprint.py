@@ -20,6 +20,7 @@ the output modules) as a labelled ``networkx.DiGraph``:
 from __future__ import annotations
 
 import hashlib
+import operator
 import warnings
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
-from graphcheck.ops import op_name
+from graphcheck.ops import is_view_node, op_name
 from graphcheck.program import Program
 from graphcheck.regions import Region
 
@@ -116,28 +117,56 @@ class Part:
 
 
 def part_of(program: Program, region: Region, provenance: Provenance, prefix: str = "") -> Part:
-    """The part of ``program`` in ``region``; parameters named relative to ``prefix``."""
+    """The part of ``program`` in ``region``; parameters named relative to ``prefix``.
+
+    Sizes (SymInt arithmetic) are not ops of a part: they are recomputable metadata,
+    read as ``size:<expr>`` wherever they were computed. Views that change nothing
+    (a full slice, a view to the same shape) are looked through."""
     part = Part(region, nx.DiGraph())
     for node in program.graph.nodes:
         if node.op != "call_function" or program.region.get(node) != region:
+            continue
+        if _is_size(node) or _is_identity_view(node):
             continue
         part.ops.append(node)
         part.graph.add_node(node.name, label=op_label(program, node))
         flat, _ = tree_flatten((node.args, node.kwargs))
         for pos, arg in enumerate(flat):
             if isinstance(arg, torch.fx.Node):
-                source = (
-                    arg.name
-                    if program.region.get(arg) == region
-                    else _external(program, part, arg, provenance, prefix)
-                )
-                old = (
-                    part.graph.edges[source, node.name]["pos"]
-                    if part.graph.has_edge(source, node.name)
-                    else ""
-                )
-                part.graph.add_edge(source, node.name, pos=f"{old}{pos},")
+                _add_edge(program, part, _through(arg), node, pos, provenance, prefix)
     return part
+
+
+def _add_edge(program, part: Part, arg, node, pos: int, provenance, prefix: str) -> None:
+    internal = program.region.get(arg) == part.region and not _is_size(arg)
+    source = arg.name if internal else _external(program, part, arg, provenance, prefix)
+    old = (
+        part.graph.edges[source, node.name]["pos"] if part.graph.has_edge(source, node.name) else ""
+    )
+    part.graph.add_edge(source, node.name, pos=f"{old}{pos},")
+
+
+def _is_size(node: torch.fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), _SYMBOLIC)
+
+
+def _is_identity_view(node: torch.fx.Node) -> bool:
+    """A view whose result is its input, same shape and dtype (``x[:, 0:]``)."""
+    if not is_view_node(node) or node.target is operator.getitem:
+        return False
+    src = node.args[0] if node.args else None
+    a, b = node.meta.get("val"), getattr(src, "meta", {}).get("val")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return (
+        a.dtype == b.dtype and str(a.shape) == str(b.shape) and str(a.stride()) == str(b.stride())
+    )
+
+
+def _through(node: torch.fx.Node) -> torch.fx.Node:
+    while node.op == "call_function" and _is_identity_view(node):
+        node = node.args[0]
+    return node
 
 
 def _external(program, part: Part, node, provenance: Provenance, prefix: str) -> str:

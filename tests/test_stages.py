@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from harness import spec
+from harness import ROOT, spec
 
 import graphcheck
 from graphcheck.api import Explorer
@@ -101,3 +101,29 @@ def test_flags_stage_returning_fp32(tmp_path):
 def test_unknown_builder_is_a_usage_error():
     with pytest.raises(graphcheck.UsageError):
         explorer("reference:reference").verify([4], stage_builder="keep-idx")
+
+
+HF_BUILDERS = "fixtures/stage_builders.py"
+
+
+def test_real_hybrid_model_flips_attention_type_when_rebuilt():
+    # qwen3_next: full attention on every 4th layer, gated delta rule elsewhere
+    from hfcache import explorer as hf_explorer
+
+    report = hf_explorer("hf:qwen3_next").verify(
+        [2], stage_builder=f"{ROOT / HF_BUILDERS}:hf_rebuild"
+    )
+    flips = sorted(d.message.split(":")[0] for d in report.errors if d.code == "GC301")
+    assert flips == ["global layer 3", "global layer 5", "global layer 7"]
+    assert "linear_attn" in report.errors[0].message and "self_attn" in report.errors[0].message
+
+
+@pytest.mark.parametrize(("builder", "cut"), [("hf_rebuild", 4), ("hf_slice", 2)])
+def test_real_hybrid_model_keeps_kernels(builder, cut):
+    from hfcache import explorer as hf_explorer
+
+    report = hf_explorer("hf:qwen3_next").verify(
+        [cut], stage_builder=f"{ROOT / HF_BUILDERS}:{builder}"
+    )
+    assert report.verdict == "pass"
+    assert [d.code for d in report.diagnostics] == ["GC302"]  # the container is renumbered
