@@ -204,7 +204,7 @@ class Session:
             with patched(self.module, self.stand_ins), _builtin_hint(name, index):
                 stage = build_stage(
                     self.module, self.layout, builder, self.mode, index, list(range(lo, hi)),
-                    plan, widths[index],
+                    plan, widths[index], self.strict,
                 )  # fmt: skip
             stages.append(stage)
             last = index == plan.num_stages - 1

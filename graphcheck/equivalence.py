@@ -73,7 +73,15 @@ def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict
 
 
 def build_stage(
-    model: nn.Module, layout: Layout, builder, mode, index: int, layers: list[int], plan, hidden
+    model: nn.Module,
+    layout: Layout,
+    builder,
+    mode,
+    index: int,
+    layers: list[int],
+    plan,
+    hidden: int,
+    strict: bool = False,
 ) -> StageProgram:
     """Build stage ``index`` with ``builder``, export it and analyse it."""
     num = plan.num_stages
@@ -93,7 +101,7 @@ def build_stage(
         "stage",
     )
     kind = "input_ids" if index == 0 else "hidden"
-    exported = export_model(module, mode, stage_input=kind, hidden_size=hidden)
+    exported = export_model(module, mode, strict, stage_input=kind, hidden_size=hidden)
     ids = _layer_ids(container, keys)
     return StageProgram(
         index, list(layers), analyse(exported, stage_layout), keys, renumbered, ids,
