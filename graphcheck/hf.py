@@ -30,6 +30,7 @@ off (``use_cache=False``).
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -115,6 +116,7 @@ def hf_factory(spec: str, settings: Mapping[str, object] | None = None) -> Calla
 def build_config(spec: str, settings: Mapping[str, object] | None = None):
     """The transformers config ``spec`` names, with ``settings`` applied."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _require_transformers()
     from graphcheck.kernels import attention
 
     target = spec.removeprefix(PREFIX)
@@ -134,6 +136,11 @@ def build_config(spec: str, settings: Mapping[str, object] | None = None):
 
 def _is_path(target: str) -> bool:
     return target.endswith(".json") or "/" in target or os.sep in target or Path(target).exists()
+
+
+def _require_transformers() -> None:
+    if importlib.util.find_spec("transformers") is None:
+        raise ModelLoadError("hf: specs need transformers: pip install 'graphcheck[hf]'")
 
 
 def _config_class(model_type: str):
