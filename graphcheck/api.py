@@ -115,7 +115,9 @@ class Explorer:
         start = time.perf_counter() - self._take_setup()
         plan = _plan(cuts, stages, self.num_layers)
         program = self.program
-        ctx = Context(program, analyse_cuts(program, list(plan.cuts)), plan, self.allow_fp32)
+        ctx = Context(
+            program, analyse_cuts(program, list(plan.cuts), plan=True), plan, self.allow_fp32
+        )
         if stage_builder is not None:
             ctx.stages, ctx.mismatches = self.session.stage_programs(stage_builder, program, ctx)
         report = _report(self.session.name, program, ctx, "verify", start)

@@ -193,7 +193,7 @@ class Gate:
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):
         """The uncut exported graph partitioned by the proof."""
         program = self.explorer.program
-        ctx = Context(program, analyse_cuts(program, list(plan.cuts)), plan)
+        ctx = Context(program, analyse_cuts(program, list(plan.cuts), plan=True), plan)
         cuts = [(cut.position, ctx.wire(cut).boundary) for cut in ctx.cuts]
         runner = RunStagesPass(program, _feeds(program, self.model, batch), cuts, ctx.stage_of)
         try:

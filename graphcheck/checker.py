@@ -50,15 +50,11 @@ class Context:
         return self.plan is None or cut.position == self.plan.cuts[-1]
 
     def stage_of(self, node: torch.fx.Node) -> int | None:
-        """The stage a flow node runs on under the plan (free glue as the proof placed it)."""
+        """The stage a flow node runs on under the plan (free glue as the proof placed it):
+        the number of plan cuts it runs to the right of."""
         if self.plan is None or node not in self.program.interval:
             return None
-        lo, hi = self.program.interval[node]
-        for cut in self.cuts:
-            if lo < cut.position <= hi:
-                side = cut.position - 1 if node in cut.left else cut.position
-                return self.plan.stage_of(side)
-        return self.plan.stage_of(lo)
+        return sum(not cut.on_left(self.program, node) for cut in self.cuts)
 
 
 def check(ctx: Context) -> list[Diagnostic]:

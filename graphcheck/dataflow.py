@@ -92,8 +92,13 @@ def _weight(node: torch.fx.Node) -> int:
     return _UNIT + (0 if bf16 else 1) + (1 if is_view_node(node) else 0)
 
 
-def _min_cut(program: Program, k: int, edges) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
-    """Values on the wire at boundary ``k`` and the free nodes placed left."""
+def _min_cut(
+    program: Program, k: int, edges, forced_left: frozenset = frozenset()
+) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
+    """Values on the wire at boundary ``k`` and the free nodes placed left.
+
+    ``forced_left`` are free nodes an earlier cut of the same plan already placed
+    on its left: they are left of ``k`` too."""
     if not edges:
         return [], set()
     g = nx.DiGraph()
@@ -104,7 +109,7 @@ def _min_cut(program: Program, k: int, edges) -> tuple[list[torch.fx.Node], set[
             g.add_edge(("in", v), "T")
             g.add_edge(("out", v), "T")
             continue
-        if hi < k:
+        if hi < k or v in forced_left:
             g.add_edge("S", ("in", v))
         g.add_edge(("in", v), ("out", v), capacity=_weight(v))
         g.add_edge(("out", v), ("in", v))
@@ -120,9 +125,9 @@ def _min_cut(program: Program, k: int, edges) -> tuple[list[torch.fx.Node], set[
     return sorted(wire, key=order.__getitem__), left
 
 
-def analyse_cut(program: Program, k: int, edges) -> CutAnalysis:
+def analyse_cut(program: Program, k: int, edges, forced_left=frozenset()) -> CutAnalysis:
     """The crossing set of boundary ``k`` given its live ``edges``."""
-    wire, left = _min_cut(program, k, edges)
+    wire, left = _min_cut(program, k, edges, forced_left)
     cut = CutAnalysis(k, wire=wire, left=left)
     right = [n for n in program.interval if not cut.on_left(program, n)]
     right += [n for n, r in program.region.items() if _runs_right(program, n, r, k)]
@@ -139,9 +144,18 @@ def _runs_right(program: Program, node, region, k: int) -> bool:
     return region.kind == "output" or (region.kind == "layer" and region.layer >= k)
 
 
-def analyse_cuts(program: Program, positions: list[int]) -> list[CutAnalysis]:
+def analyse_cuts(program: Program, positions: list[int], plan: bool = False) -> list[CutAnalysis]:
+    """Crossing sets of ``positions``. Alone (``plan=False``, the cut map) each boundary
+    is judged as the only cut. As the cuts of one plan (``plan=True``) the glue placement
+    is kept consistent: a node an earlier cut runs on its left runs left of every later
+    cut too, so every reported crossing set belongs to one placement of the whole plan."""
     buckets = live_edges(program)
-    return [analyse_cut(program, k, buckets[k]) for k in positions]
+    found, left = [], set()
+    for k in positions:
+        cut = analyse_cut(program, k, buckets[k], frozenset(left) if plan else frozenset())
+        left |= cut.left
+        found.append(cut)
+    return found
 
 
 def _crossing(program: Program, cut: CutAnalysis, node, role: str) -> Crossing:

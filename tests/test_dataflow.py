@@ -107,3 +107,22 @@ def test_diagnostic_carries_node_module_and_source():
     assert (diag.code, diag.cut, diag.stage) == ("GC201", 4, 1)
     assert diag.node == "embedding" and diag.module == "model.embed_tokens"
     assert diag.source.startswith("fixtures/") or "fixtures" in diag.source
+
+
+def test_plan_placement_is_one_feasible_schedule():
+    # every flow edge runs forward in stage order under the placement the proof reports
+    from graphcheck.checker import Context
+    from graphcheck.dataflow import analyse_cuts
+    from graphcheck.partition import plan_from_cuts
+
+    for name, cuts in [
+        ("violations:cast_in_loop", [2, 3, 6]),
+        ("violations:skip_connection", [1, 5]),
+    ]:
+        program = _program(name)
+        plan = plan_from_cuts(cuts, program.num_layers)
+        ctx = Context(program, analyse_cuts(program, cuts, plan=True), plan)
+        for w in program.interval:
+            for u in w.all_input_nodes:
+                if u in program.interval:
+                    assert ctx.stage_of(u) <= ctx.stage_of(w), (name, u.name, w.name)
