@@ -33,6 +33,7 @@ from graphcheck.dataflow import analyse_cuts
 from graphcheck.equivalence import build_stage, compare_stage
 from graphcheck.errors import AnalysisError, ExportError, UsageError
 from graphcheck.export import export_model
+from graphcheck.fingerprint import glue_labels
 from graphcheck.hf import hf_factory, is_hf_spec
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.layout import detect_layout
@@ -210,7 +211,8 @@ class Session:
                 )  # fmt: skip
             stages.append(stage)
             last = index == plan.num_stages - 1
-            mismatches += compare_stage(program, stage, last, widths[index + 1])
+            glue = glue_labels(program, [n for n in program.interval if ctx.stage_of(n) == index])
+            mismatches += compare_stage(program, stage, last, widths[index + 1], glue)
         return stages, mismatches
 
 

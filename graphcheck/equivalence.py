@@ -13,6 +13,7 @@ difference) and, when hashes agree, by an exact ``DiGraphMatcher`` isomorphism.
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -23,7 +24,7 @@ from torch import nn
 from graphcheck.diagnostics import normalize_fqn
 from graphcheck.errors import AnalysisError
 from graphcheck.export import export_model
-from graphcheck.fingerprint import Part, Provenance, part_of
+from graphcheck.fingerprint import Part, Provenance, glue_labels, op_label, part_of
 from graphcheck.layout import Layout, _layer_keys
 from graphcheck.load import default_dtype
 from graphcheck.program import Program, analyse
@@ -157,8 +158,13 @@ class _Side:
         return self._all
 
 
-def compare_stage(uncut: Program, stage: StageProgram, last: bool, hidden: int) -> list[Mismatch]:
-    """Every difference between ``stage``'s program and its slice of ``uncut``."""
+def compare_stage(
+    uncut: Program, stage: StageProgram, last: bool, hidden: int, glue: Counter | None = None
+) -> list[Mismatch]:
+    """Every difference between ``stage``'s program and its slice of ``uncut``.
+
+    ``glue`` holds the labels of the model-level ops the plan runs on this stage in
+    the uncut program; the stage program must run exactly those outside its layers."""
     u, s = _Side(uncut), _Side(stage.program)
     ukeys = {g: k for k, g in uncut.layout.layer_keys.items()}
     skeys = {g: k for k, g in stage.keys.items()}
@@ -166,6 +172,7 @@ def compare_stage(uncut: Program, stage: StageProgram, last: bool, hidden: int) 
     found = []
     for g in stage.layers:
         if g not in ukeys:
+            found += _extra_layer(stage, g)
             continue
         up = part_of(uncut, Region("layer", g), u.provenance, f"{prefix}.{ukeys[g]}.")
         sp = part_of(stage.program, Region("layer", g), s.provenance, f"{prefix}.{skeys.get(g)}.")
@@ -182,7 +189,36 @@ def compare_stage(uncut: Program, stage: StageProgram, last: bool, hidden: int) 
         )  # fmt: skip
     else:
         found += _boundary(stage, hidden)
+    if glue is not None:
+        found += _glue_difference(stage, glue)
     return found
+
+
+def _extra_layer(stage: StageProgram, g: int) -> list[Mismatch]:
+    ops = [n for n, r in stage.program.region.items() if r == Region("layer", g)]
+    if not ops:
+        return []
+    message = f"stage {stage.index} runs global layer {g}, which the uncut program does not run"
+    return [Mismatch("extra", stage.index, g, message, ops[0])]
+
+
+def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
+    """Model-level ops (outside every module) the stage adds to or drops from the uncut
+    program's share of this stage."""
+    program = stage.program
+    got = glue_labels(program, program.graph.nodes)
+    added, dropped = got - expected, expected - got
+    if not added and not dropped:
+        return []
+    label = next(iter(added or dropped))
+    node = next((n for n in program.interval if added and op_label(program, n) == label), None)
+    what = "adds" if added else "drops"
+    message = (
+        f"stage {stage.index} {what} model-level work outside its modules: `{label}` "
+        f"({sum(added.values())} ops added, {sum(dropped.values())} dropped against the uncut "
+        "program); run the model's own code between layers"
+    )
+    return [Mismatch("glue", stage.index, None, message, node)]
 
 
 def _compare(up: Part, sp: Part, u: _Side, s: _Side, index: int, layer) -> list[Mismatch]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -31,9 +32,17 @@ from torch.utils._pytree import tree_flatten
 
 from graphcheck.ops import is_view_node, op_name
 from graphcheck.program import Program
-from graphcheck.regions import Region
+from graphcheck.regions import GLUE, Region
 
-__all__ = ["Part", "part_of", "canonical", "Provenance"]
+__all__ = [
+    "Part",
+    "part_of",
+    "canonical",
+    "Provenance",
+    "glue_labels",
+    "is_size",
+    "is_identity_view",
+]
 
 
 def canonical(value, readable=str) -> str:
@@ -126,7 +135,7 @@ def part_of(program: Program, region: Region, provenance: Provenance, prefix: st
     for node in program.graph.nodes:
         if node.op != "call_function" or program.region.get(node) != region:
             continue
-        if _is_size(node) or _is_identity_view(node):
+        if is_size(node) or is_identity_view(node):
             continue
         part.ops.append(node)
         part.graph.add_node(node.name, label=op_label(program, node))
@@ -138,7 +147,7 @@ def part_of(program: Program, region: Region, provenance: Provenance, prefix: st
 
 
 def _add_edge(program, part: Part, arg, node, pos: int, provenance, prefix: str) -> None:
-    internal = program.region.get(arg) == part.region and not _is_size(arg)
+    internal = program.region.get(arg) == part.region and not is_size(arg)
     source = arg.name if internal else _external(program, part, arg, provenance, prefix)
     old = (
         part.graph.edges[source, node.name]["pos"] if part.graph.has_edge(source, node.name) else ""
@@ -146,11 +155,11 @@ def _add_edge(program, part: Part, arg, node, pos: int, provenance, prefix: str)
     part.graph.add_edge(source, node.name, pos=f"{old}{pos},")
 
 
-def _is_size(node: torch.fx.Node) -> bool:
+def is_size(node: torch.fx.Node) -> bool:
     return isinstance(node.meta.get("val"), _SYMBOLIC)
 
 
-def _is_identity_view(node: torch.fx.Node) -> bool:
+def is_identity_view(node: torch.fx.Node) -> bool:
     """A view whose result is its input, same shape and dtype (``x[:, 0:]``)."""
     if not is_view_node(node) or node.target is operator.getitem:
         return False
@@ -163,8 +172,22 @@ def _is_identity_view(node: torch.fx.Node) -> bool:
     )
 
 
+def glue_labels(program: Program, nodes) -> Counter:
+    """Labels of the model-level ops among ``nodes`` that carry state (activations,
+    weight-derived values), sizes and identity views left out."""
+    return Counter(
+        op_label(program, n)
+        for n in nodes
+        if program.region.get(n) == GLUE
+        and n in program.interval
+        and n.op == "call_function"
+        and not is_size(n)
+        and not is_identity_view(n)
+    )
+
+
 def _through(node: torch.fx.Node) -> torch.fx.Node:
-    while node.op == "call_function" and _is_identity_view(node):
+    while node.op == "call_function" and is_identity_view(node):
         node = node.args[0]
     return node
 

@@ -94,8 +94,41 @@ def test_flags_stage_returning_fp32(tmp_path):
         "    return Fp32Out(stage)\n"
     )
     report = graphcheck.verify(spec("reference:reference"), [4], stage_builder=f"{builder}:build")
-    assert [d.code for d in report.errors] == ["GC303"]
-    assert "float32" in report.errors[0].message
+    assert {d.code for d in report.errors} == {"GC303"}  # the hand-off and the added cast
+    assert any("returns float32" in d.message for d in report.errors)
+
+
+def test_flags_stage_running_a_layer_the_uncut_program_prunes():
+    # layers 5-7 are None in the uncut model; a rebuilt stage makes them real
+    report = graphcheck.verify(spec("violations:none_layers"), [4], stage_builder="rebuild")
+    extra = [d.message for d in report.errors if d.code == "GC303"]
+    assert extra == [
+        f"stage 1 runs global layer {g}, which the uncut program does not run" for g in (5, 6, 7)
+    ]
+
+
+def test_flags_stage_dropping_the_model_loop_rounding(tmp_path):
+    # the stage adds layer updates in bf16 where the model's loop adds in fp32 and rounds once
+    builder = tmp_path / "plain_loop.py"
+    builder.write_text(
+        "import types\n"
+        "from graphcheck.layout import detect_layout\n"
+        "from graphcheck.stages import BUILTINS\n"
+        "def plain(self, x, cos, sin, *varlen):\n"
+        "    for layer in self.present_layers():\n"
+        "        x = x + layer(x, cos, sin, *varlen)\n"
+        "    return x\n"
+        "def build(model, index, layers, num_stages):\n"
+        "    layout = detect_layout(model)\n"
+        "    stage = BUILTINS['keep-index'](model, layout, index, layers, num_stages)\n"
+        "    stage.model.run_layers = types.MethodType(plain, stage.model)\n"
+        "    return stage\n"
+    )
+    name = "violations:cast_in_loop"
+    assert graphcheck.verify(spec(name), [4], stage_builder="keep-index").verdict == "pass"
+    report = graphcheck.verify(spec(name), [4], stage_builder=f"{builder}:build")
+    assert {d.code for d in report.errors} == {"GC303"}
+    assert all("model-level work" in d.message for d in report.errors)
 
 
 def test_unknown_builder_is_a_usage_error():

@@ -4,7 +4,9 @@ What it checks
     Outside the layers, each stage runs what the uncut program runs: the
     embedding program on the first stage, the norm and head program on the
     last, side inputs (masks, rotary tables) computed as in the uncut
-    prelude, every global layer of the stage present, and each non-last stage
+    prelude, every global layer of the stage present and no other, the same
+    model-level work between layers (casts and adds in the model's own loop) as
+    the uncut program runs on that stage, and each non-last stage
     returning the bf16 ``[1, T, H]`` residual the next stage takes as ``x``.
     Requires ``--stage-builder``.
 
@@ -29,7 +31,7 @@ from graphcheck.diagnostics import Diagnostic
 CODE = "GC303"
 NAME = "stage-program-differs"
 SUMMARY = "embedding, prelude side inputs, norm+head or stage hand-off differ"
-KINDS = ("edge", "side-prelude", "boundary", "missing")
+KINDS = ("edge", "side-prelude", "boundary", "missing", "extra", "glue")
 
 
 def check(ctx) -> list[Diagnostic]:
