@@ -11,6 +11,11 @@ the best placement of the glue.
 
 Replicated side inputs, shared parameters and symbolic sizes that the right
 side reads are listed too: they are part of what a reviewer wants to see.
+
+In-place writes are dataflow (``passes/link_mutations_pass.py``): a node also reads
+the writes into storage it reads through an older alias, and a buffer written on one
+side of a cut and read, before this step's first write, on the other crosses the cut
+as an activation (the value the next step reads).
 """
 
 from __future__ import annotations
@@ -77,13 +82,27 @@ def live_edges(program: Program) -> list[list[tuple[torch.fx.Node, torch.fx.Node
     """For every boundary 0..L, the flow edges whose live range spans it (one sweep)."""
     buckets: list[list] = [[] for _ in range(program.num_layers + 1)]
     for w, (_, hi) in program.interval.items():
-        for u in w.all_input_nodes:
+        for u in _reads(program, w):
             if u not in program.interval:
                 continue
             lo = program.interval[u][0]
             for k in range(max(lo + 1, 0), min(hi, program.num_layers) + 1):
                 buckets[k].append((u, w))
     return buckets
+
+
+def _reads(program: Program, node: torch.fx.Node) -> list[torch.fx.Node]:
+    """What ``node`` reads: its arguments and the writes linked to it."""
+    extra = program.mutation_inputs.get(node)
+    return [*node.all_input_nodes, *extra] if extra else node.all_input_nodes
+
+
+def _readers(program: Program, node: torch.fx.Node) -> list[torch.fx.Node]:
+    """Inverse of :func:`_reads` (the linked readers of a write, then its users)."""
+    if node not in program.writes:
+        return list(node.users)
+    linked = [n for n, extra in program.mutation_inputs.items() if node in extra]
+    return [*node.users, *linked]
 
 
 def _weight(node: torch.fx.Node) -> int:
@@ -132,9 +151,37 @@ def analyse_cut(program: Program, k: int, edges, forced_left=frozenset()) -> Cut
     right = [n for n in program.interval if not cut.on_left(program, n)]
     right += [n for n, r in program.region.items() if _runs_right(program, n, r, k)]
     crossing = [_crossing(program, cut, v, program.role[v]) for v in wire]
+    crossing += _persisted(program, cut, wire)
     crossing += _side_inputs(program, cut, right)
     cut.crossing = crossing
     return cut
+
+
+def _persisted(program: Program, cut: CutAnalysis, wire) -> list[Crossing]:
+    """Buffer writes read next step on the other side of ``cut`` (an activation)."""
+    found = []
+    for state in program.persisted:
+        if state.writer in wire or state.writer not in program.interval:
+            continue
+        side = cut.on_left(program, state.writer)
+        readers = [r for r in state.readers if (not side) in _sides(program, cut, r)]
+        if readers:
+            base = _crossing(program, cut, state.writer, "activation")
+            consumers = list(dict.fromkeys(program.label(r) for r in readers))
+            found.append(Crossing(**{**base.__dict__, "consumers": consumers}))
+    return found
+
+
+def _sides(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> set[bool]:
+    """The sides of ``cut`` ``node`` runs on (``True``: left): both, for replicated glue."""
+    if node in program.interval:
+        return {cut.on_left(program, node)}
+    region = program.region[node]
+    if region.kind == "layer":
+        return {region.layer < cut.position}
+    if region.kind in ("input", "output"):
+        return {region.kind == "input"}
+    return {True, False}
 
 
 def _runs_right(program: Program, node, region, k: int) -> bool:
@@ -160,7 +207,7 @@ def analyse_cuts(program: Program, positions: list[int], plan: bool = False) -> 
 
 def _crossing(program: Program, cut: CutAnalysis, node, role: str) -> Crossing:
     consumers = []
-    for user in node.users:
+    for user in _readers(program, node):
         flow_right = user in program.interval and not cut.on_left(program, user)
         if flow_right or _runs_right(program, user, program.region[user], cut.position):
             label = program.label(user)

@@ -1,7 +1,7 @@
 """The analysed program: an export plus regions, taint, roles and placement.
 
 :func:`analyse` runs the passes in order (assign regions → propagate taint →
-place nodes); everything downstream reads the :class:`Program` it returns.
+link mutations → place nodes); everything downstream reads the :class:`Program` it returns.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from graphcheck.errors import AnalysisError
 from graphcheck.export import Exported
 from graphcheck.layout import Layout
 from graphcheck.passes.assign_regions_pass import AssignRegionsPass
+from graphcheck.passes.link_mutations_pass import LinkMutationsPass
 from graphcheck.passes.place_nodes_pass import PlaceNodesPass
 from graphcheck.passes.propagate_taint_pass import PropagateTaintPass
 from graphcheck.regions import Region
@@ -35,6 +36,11 @@ class Program:
     user_inputs: dict[str, torch.fx.Node]
     misplaced: list[tuple[torch.fx.Node, int, int]] = field(default_factory=list)
     backward: list[tuple[torch.fx.Node, torch.fx.Node]] = field(default_factory=list)
+    # in-place writes (see passes/link_mutations_pass.py): extra write -> read edges,
+    # every write with the storage root it writes, and state carried to the next step
+    mutation_inputs: dict[torch.fx.Node, list[torch.fx.Node]] = field(default_factory=dict)
+    writes: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
+    persisted: list = field(default_factory=list)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -128,7 +134,9 @@ def analyse(exported: Exported, layout: Layout) -> Program:
     user = dict(zip(exported.program.graph_signature.user_inputs, exported.inputs, strict=False))
     taint = PropagateTaintPass(regions.region, user)
     taint.run(graph)
-    place = PlaceNodesPass(regions.region, taint.role, layout.num_layers)
+    mutations = LinkMutationsPass(regions.region, taint.role)
+    mutations.run(graph)
+    place = PlaceNodesPass(regions.region, taint.role, layout.num_layers, mutations.inputs)
     place.run(graph)
     nodes = {n.name: n for n in graph.nodes}
     program = Program(
@@ -142,6 +150,9 @@ def analyse(exported: Exported, layout: Layout) -> Program:
         user_inputs={name: nodes[arg] for arg, name in user.items()},
         misplaced=place.misplaced,
         backward=place.backward,
+        mutation_inputs=mutations.mutation_inputs,
+        writes=mutations.writes,
+        persisted=mutations.persisted,
     )
     _check_layers_seen(program)
     return program

@@ -15,6 +15,8 @@ order (layer 5 feeding layer 3) is recorded in :attr:`backward` (GC101).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch.fx
 
 from graphcheck.regions import GRAPH_OUTPUT, INPUT, OUTPUT, Region
@@ -25,10 +27,20 @@ FLOW_ROLES = ("activation", "parameter")
 
 
 class PlaceNodesPass:
-    def __init__(self, region: dict[torch.fx.Node, Region], role, num_layers: int) -> None:
+    """``inputs(node)`` are the values ``node`` reads: its arguments, plus the in-place
+    writes into storage it reads through an older alias (link mutations pass)."""
+
+    def __init__(
+        self,
+        region: dict[torch.fx.Node, Region],
+        role,
+        num_layers: int,
+        inputs: Callable[[torch.fx.Node], list[torch.fx.Node]] | None = None,
+    ) -> None:
         self.region = region
         self.role = role
         self.num_layers = num_layers
+        self.inputs = inputs or (lambda node: node.all_input_nodes)
         self.interval: dict[torch.fx.Node, tuple[int, int]] = {}
         self.misplaced: list[tuple[torch.fx.Node, int, int]] = []
         self.backward: list[tuple[torch.fx.Node, torch.fx.Node]] = []
@@ -55,7 +67,7 @@ class PlaceNodesPass:
         self.backward = [(u, w) for w in nodes for u in self.flow_inputs(w) if early[u] > late[w]]
 
     def flow_inputs(self, node: torch.fx.Node) -> list[torch.fx.Node]:
-        return [a for a in node.all_input_nodes if self.is_flow(a)]
+        return [a for a in self.inputs(node) if self.is_flow(a)]
 
     def _layer_pin(self, node: torch.fx.Node) -> int | None:
         region = self.region[node]
@@ -65,11 +77,14 @@ class PlaceNodesPass:
 
     def _sweep(self, nodes, pins) -> tuple[dict, dict]:
         early: dict[torch.fx.Node, int] = {}
+        readers: dict[torch.fx.Node, list[torch.fx.Node]] = {}
         for node in nodes:
-            ins = [early[a] for a in self.flow_inputs(node)]
-            early[node] = pins.get(node, max(ins, default=-1))
+            ins = self.flow_inputs(node)
+            for arg in ins:
+                readers.setdefault(arg, []).append(node)
+            early[node] = pins.get(node, max((early[a] for a in ins), default=-1))
         late: dict[torch.fx.Node, int] = {}
         for node in reversed(nodes):
-            outs = [late[u] for u in node.users if u in late]
+            outs = [late[u] for u in readers.get(node, ()) if u in late]
             late[node] = pins.get(node, min(outs, default=self.num_layers))
         return early, late
