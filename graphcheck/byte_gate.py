@@ -1,34 +1,46 @@
-"""The byte gate: run the uncut and the split program on CPU and compare the bytes.
+"""The byte gate: run the uncut model and its stages on CPU and compare the bytes.
 
 A static proof is only trusted if it never says "pass" where the split program
-computes different bytes. ``graphcheck gate`` carries that ground truth:
+computes different bytes. ``graphcheck gate`` carries that ground truth by
+running what ranks run:
 
 1. it proves the plan (the same :class:`graphcheck.api.Explorer` export and
-   rules as ``graphcheck verify``);
-2. it builds the model again with small real random bf16 weights (the factory
-   called with bf16 as the default dtype after ``torch.manual_seed(seed)``, not
-   under the fake mode) and packs several documents into one varlen batch;
-3. it runs the uncut model (eager), then the split program stage by stage,
-   handing over only what the proof allows to cross
-   (:mod:`graphcheck.passes.run_stages_pass`: the exported uncut graph
-   partitioned by the proof, fed the real tensors), or, with a stage builder,
-   the user's stage modules chained through a bf16 hand-off; it compares the
-   logits with ``torch.equal``;
-4. it checks **document isolation**: each document's packed logits against the
-   document run alone, bitwise where the CPU kernels allow and otherwise within
-   :data:`~graphcheck.gate_report.ISOLATION_TOLERANCE`.
+   rules as ``graphcheck verify``), in this process;
+2. it runs the exported uncut program once on real weights (the preflight): an
+   op without a CPU implementation stops the gate there with a
+   :class:`GateError` naming it (exit 2);
+3. the **uncut model runs in one fresh process** (:mod:`graphcheck.fresh`):
+   built from its spec with small real random bf16 weights (the factory called
+   with bf16 as the default dtype after ``torch.manual_seed(seed)``), it saves
+   its ``state_dict`` as the checkpoint, runs the packed varlen batch and checks
+   **document isolation** (each document alone against its packed logits,
+   bitwise where the CPU kernels allow, otherwise within
+   :data:`~graphcheck.gate_report.ISOLATION_TOLERANCE`);
+4. **each stage runs in its own fresh process**
+   (:mod:`graphcheck.gate_stages`): it builds the model, applies the stage
+   builder (``keep-index`` by default, ``hf_slice`` for ``hf:`` models), loads
+   its weights from the checkpoint (renumbered layers mapped back to their
+   global index) and receives only the previous stage's output as bf16 bytes.
+   So class-level counters, first-caller caches and flags set by an earlier
+   layer show up as differing bytes, as they do on ranks. The last stage's
+   logits are compared with ``torch.equal``;
+5. with ``train``, both take one forward+backward+SGD step on a fixed loss (the
+   staged backward hands the wire's gradient back as bf16 bytes, each stage
+   recomputing its forward), then every parameter (by global name) and the
+   logits of a second forward are compared: storage shared across stages shows
+   here.
+
+A stage that raises is a finding (``bytes: blocked`` with the stage's one-line
+error), never a traceback. ``mode="graph"`` (``--in-process``) is the secondary
+mode: the uncut exported graph partitioned by the proof, run in this process
+(:mod:`graphcheck.passes.run_stages_pass`), which names the value a stage would
+need that the wire does not carry.
 
 Attention runs on the exact per-document CPU reference of
 :mod:`graphcheck.cpu_reference`; graphcheck's own stand-in ops use their eager
-per-document implementations. Before anything is compared the uncut exported
-program runs once on the real batch: an op without a CPU implementation stops
-the gate there with a :class:`GateError` naming it (exit 2).
-
-The gate runs torch on one thread (tiny tensors; one thread fixes the
-reduction order and keeps an oversubscribed machine from slowing tiny ops a
-hundredfold) and leaves the caller's random state as it was. When the exported
-uncut program itself does not reproduce the model's bytes at the batch's length
-(an export that specialised on the length, GC403) the report says so
+per-document implementations. Torch runs on one thread. When the exported
+uncut program does not reproduce the model's bytes at the batch's length (an
+export that specialised on the length, GC403) the report says so
 (``export_faithful``).
 
 >>> report = gate("fixtures/reference.py:reference", cuts=[4], docs=(9, 5))
@@ -39,10 +51,11 @@ uncut program itself does not reproduce the model's bytes at the batch's length
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -54,10 +67,17 @@ from graphcheck.api import Explorer, ModelArg
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context
 from graphcheck.cpu_reference import cpu_kernels
 from graphcheck.dataflow import analyse_cuts
-from graphcheck.equivalence import _mapping
-from graphcheck.errors import GraphcheckError, ModelLoadError
+from graphcheck.errors import GraphcheckError, ModelLoadError, UsageError
 from graphcheck.export import accepted_inputs
-from graphcheck.gate_report import ISOLATION_TOLERANCE, ByteCheck, GateReport, IsolationCheck
+from graphcheck.fresh import run_fresh
+from graphcheck.gate_report import (
+    ISOLATION_TOLERANCE,
+    ByteCheck,
+    GateReport,
+    IsolationCheck,
+    TrainCheck,
+)
+from graphcheck.gate_stages import Recipe, pack, run_stage, run_uncut, unpack
 from graphcheck.hf import hf_factory, is_hf_spec
 from graphcheck.kernels import patched
 from graphcheck.load import default_dtype, parse_spec, resolve_factory
@@ -66,7 +86,7 @@ from graphcheck.packed import DEFAULT_DOCS, PackedBatch
 from graphcheck.partition import StagePlan
 from graphcheck.passes.run_stages_pass import Blocked, Handover, NodeFailure, RunStagesPass
 from graphcheck.program import Program
-from graphcheck.stages import StageBuilder, resolve_builder
+from graphcheck.stages import StageBuilder
 
 __all__ = ["Gate", "GateError", "gate"]
 
@@ -86,15 +106,23 @@ def gate(
     docs: Sequence[int] = DEFAULT_DOCS,
     tolerance: float = ISOLATION_TOLERANCE,
     allow_fp32: Sequence[str] = DEFAULT_ALLOW_FP32,
+    train: bool = False,
+    mode: str = "processes",
     **options,
 ) -> GateReport:
     """Prove a stage plan, then run it on real weights and compare the bytes.
 
     ``model``, ``cuts``, ``stages``, ``stage_builder`` and the model options are those
     of :func:`graphcheck.verify`; ``docs`` are the document lengths packed into the
-    batch. Raises :class:`graphcheck.errors.GraphcheckError` when it cannot run."""
+    batch; ``train`` also takes one optimizer step on both; ``mode`` is ``processes``
+    (a fresh process per stage, the default) or ``graph`` (the partitioned exported
+    graph, in this process). Raises :class:`graphcheck.errors.GraphcheckError` when
+    it cannot run."""
     runner = Gate(model, seed=seed, allow_fp32=allow_fp32, **options)
-    return runner.run(cuts, stages, stage_builder=stage_builder, docs=docs, tolerance=tolerance)
+    return runner.run(
+        cuts, stages, stage_builder=stage_builder, docs=docs, tolerance=tolerance,
+        train=train, mode=mode,
+    )  # fmt: skip
 
 
 class Gate:
@@ -118,8 +146,11 @@ class Gate:
         whose export (and proof) the gate reuses."""
         self.explorer = explorer or Explorer(model, allow_fp32=allow_fp32, **options)
         self.seed = seed
+        self.spec = model if isinstance(model, str) else None
+        self.options = options
         self._factory = _real_factory(model, self.explorer.session)
         self._model = model if isinstance(model, nn.Module) else None
+        self._workdir = tempfile.TemporaryDirectory(prefix="graphcheck-gate-")
 
     @property
     def model(self) -> nn.Module:
@@ -136,23 +167,25 @@ class Gate:
         stage_builder: str | StageBuilder | None = None,
         docs: Sequence[int] = DEFAULT_DOCS,
         tolerance: float = ISOLATION_TOLERANCE,
+        train: bool = False,
+        mode: str = "processes",
     ) -> GateReport:
         """Gate one plan; see :func:`gate`."""
+        _check_mode(mode, stage_builder, train)
         clock = _Clock()
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
         plan = StagePlan(tuple(c.position for c in static.cuts), static.num_layers)
         with clock("build"):
             batch = PackedBatch.random(docs, _vocab_size(self.model, self.explorer), self.seed)
-        with self._running():
-            with clock("preflight"):
-                exported = self._preflight(batch)
-            with clock("uncut"):
-                uncut = _call(self.model, batch)
-            with clock("staged"):
-                staged, handovers, blocked = self._staged(stage_builder, plan, batch)
-            with clock("isolation"):
-                isolation = self._isolation(batch, uncut, tolerance)
+        with self._running(), clock("preflight"):
+            exported = self._preflight(batch)
+        if mode == "graph":
+            outcome = self._graph_outcome(plan, batch, tolerance, clock)
+        else:
+            builder = _default_builder(self.spec, stage_builder)
+            outcome = self._process_outcome(builder, plan, batch, tolerance, train, clock)
+            stage_builder = builder
         return GateReport(
             model=self.explorer.session.name,
             num_layers=static.num_layers,
@@ -161,13 +194,15 @@ class Gate:
             seed=self.seed,
             static_verdict=static.verdict,
             static_codes=sorted({d.code for d in static.errors}),
-            bytes=_bytes_check(staged, uncut, batch, blocked),
-            isolation=isolation,
+            bytes=outcome.bytes,
+            isolation=outcome.isolation,
             stages=static.stages,
             stage_builder=_builder_name(stage_builder),
-            handovers=handovers,
-            export_faithful=_same(exported, uncut),
+            handovers=outcome.handovers,
+            export_faithful=_same(exported, outcome.uncut),
             seconds=clock.seconds(),
+            mode=mode,
+            train=outcome.train,
         )
 
     @contextlib.contextmanager
@@ -185,10 +220,51 @@ class Gate:
         except NodeFailure as failure:
             raise GateError(_failure_message(failure, "the uncut program")) from None
 
-    def _staged(self, builder, plan: StagePlan, batch: PackedBatch):
-        if builder is not None:
-            return self._builder_run(builder, plan, batch)
-        return self._graph_run(plan, batch)
+    def _graph_outcome(self, plan: StagePlan, batch: PackedBatch, tolerance: float, clock):
+        """Secondary mode: the uncut model and the partitioned exported graph, in here."""
+        with self._running():
+            with clock("uncut"):
+                uncut = _call(self.model, batch)
+            with clock("staged"):
+                staged, handovers, blocked = self._graph_run(plan, batch)
+            with clock("isolation"):
+                isolation = self._isolation(batch, uncut, tolerance)
+        check = _bytes_check(staged, uncut, batch, blocked)
+        return _Outcome(uncut, check, isolation, handovers)
+
+    def _process_outcome(self, builder, plan, batch, tolerance: float, train: bool, clock):
+        """Default mode: the uncut model and every stage each in a fresh process."""
+        recipe = self._recipe(builder)
+        with clock("uncut"):
+            uncut = _fresh(run_uncut, recipe, batch, self._workdir.name, train)
+        isolation = _isolation_check(uncut["isolation"], tolerance)
+        chain = _StageChain(recipe, plan, batch, self._workdir.name)
+        with clock("staged"):
+            first = chain.forward([uncut["checkpoint"]] * plan.num_stages, train)
+        check = _bytes_check(first.logits, uncut["logits"], batch, first.blocked)
+        outcome = _Outcome(uncut["logits"], check, isolation, first.handovers)
+        if train:
+            with clock("train"):
+                outcome.train = chain.train_check(first, uncut)
+        return outcome
+
+    def _recipe(self, builder) -> Recipe:
+        """What a fresh process needs to build the model and its stages."""
+        session = self.explorer.session
+        module_file = None
+        if self.spec is None:
+            module_file = str(Path(self._workdir.name) / "model.pt")
+            torch.save(self.model, module_file)
+        return Recipe(
+            spec=self.spec,
+            layout=session.layout,
+            seed=self.seed,
+            settings=dict(session.settings),
+            stand_ins=self.options.get("stand_ins", True),
+            kernels=self.options.get("kernels"),
+            module_file=module_file,
+            builder=builder,
+        )
 
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):
         """The uncut exported graph partitioned by the proof."""
@@ -205,50 +281,199 @@ class Gate:
         logits = _graph_logits(program, result.outputs) if result.blocked is None else None
         return logits, result.handovers, result.blocked
 
-    def _builder_run(self, builder, plan: StagePlan, batch: PackedBatch):
-        """The user's stage modules, chained through a bf16 hand-off."""
-        layout = self.explorer.session.layout
-        build = resolve_builder(builder, layout) if isinstance(builder, str) else builder
-        bounds = (0, *plan.cuts, plan.num_layers)
-        x, handovers = batch.input_ids, []
-        for index, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            module = self._stage_module(build, index, list(range(lo, hi)), plan.num_stages)
-            try:
-                out = module(x, *batch.inputs(_VARLEN_REST).values())
-            except NotImplementedError as err:
-                raise GateError(_kernel_message(f"stage {index}", err)) from None
-            except Exception as err:
-                return None, handovers, _raised(f"stage {index}", err, index)
-            if index == plan.num_stages - 1:
-                return _logits(out), handovers, None
-            x, handover = _stage_handover(out, bounds[index + 1])
-            handovers.append(handover)
-        return None, handovers, None
-
-    def _stage_module(self, build, index: int, layers: list[int], num_stages: int) -> nn.Module:
-        try:
-            with _seeded(self.seed), default_dtype(torch.bfloat16):
-                module = build(self.model, index, layers, num_stages)
-        except GraphcheckError:
-            raise
-        except Exception as err:
-            raise ModelLoadError(f"stage builder raised {type(err).__name__}: {err}") from err
-        _load_stage_weights(module, self.model, self.explorer.session.layout, layers)
-        return module.eval()
-
     def _isolation(self, batch: PackedBatch, packed: torch.Tensor, tolerance: float):
-        worst, at, bitwise = 0.0, None, True
+        found = []
         for index, (start, end) in enumerate(batch.spans):
             alone = _call(self.model, batch.document(index))
             mine = packed[:, start:end]
-            if _same(mine, alone):
-                continue
-            bitwise = False
-            rel = _relative(mine, alone)
-            if at is None or rel > worst:
-                worst, at = rel, index
-        status = "bitwise" if bitwise else "tolerance" if worst <= tolerance else "fail"
-        return IsolationCheck(status, worst, at, tolerance, len(batch.docs))
+            found.append(None if _same(mine, alone) else _relative(mine, alone))
+        return _isolation_check(found, tolerance)
+
+
+@dataclass
+class _Outcome:
+    """What one way of running the plan found."""
+
+    uncut: torch.Tensor
+    bytes: ByteCheck
+    isolation: IsolationCheck
+    handovers: list[Handover]
+    train: TrainCheck | None = None
+
+
+@dataclass
+class _Pass:
+    """One pass through the stage processes: the logits or why not, and each result."""
+
+    logits: torch.Tensor | None = None
+    blocked: Blocked | None = None
+    handovers: list[Handover] = field(default_factory=list)
+    wires: list[torch.Tensor | None] = field(default_factory=list)
+    results: dict[int, dict] = field(default_factory=dict)
+
+
+class _StageChain:
+    """The stages of a plan, each run in its own fresh process, chained by bf16 bytes."""
+
+    def __init__(self, recipe: Recipe, plan: StagePlan, batch: PackedBatch, workdir: str):
+        self.recipe, self.plan, self.batch, self.workdir = recipe, plan, batch, workdir
+        self.bounds = (0, *plan.cuts, plan.num_layers)
+        self.last = plan.num_stages - 1
+
+    def _job(self, index: int, checkpoint: str, wire, grad) -> dict:
+        lo, hi = self.bounds[index], self.bounds[index + 1]
+        return {
+            "index": index,
+            "layers": list(range(lo, hi)),
+            "num_stages": self.plan.num_stages,
+            "checkpoint": checkpoint,
+            "wire": wire,
+            "grad": grad,
+        }
+
+    def forward(self, checkpoints: list[str], train: bool = False) -> _Pass:
+        """Stage 0 to the last, each receiving only the previous stage's bf16 output;
+        with ``train`` the last stage also takes its backward and SGD step."""
+        run = _Pass(wires=[None])
+        for index in range(self.last + 1):
+            grad = "loss" if train and index == self.last else None
+            job = self._job(index, checkpoints[index], run.wires[-1], grad)
+            result = _fresh(run_stage, self.recipe, self.batch, job)
+            if "raised" in result:
+                run.blocked = Blocked(index, "", "", None, result["raised"])
+                return run
+            run.results[index] = result
+            if index == self.last:
+                run.logits = result["out"]
+                return run
+            wire, handover = _stage_handover(result["out"], self.bounds[index + 1])
+            run.wires.append(wire)
+            run.handovers.append(handover)
+        return run
+
+    def backward(self, first: _Pass, checkpoint: str) -> str | None:
+        """From the last stage back to stage 0: each recomputes its forward on the wire
+        it received, back-propagates the wire's bf16 gradient and steps; ``None`` or why
+        a stage could not."""
+        grad = first.results[self.last].get("grad")
+        for index in reversed(range(self.last)):
+            if grad is None:
+                return f"stage {index + 1} returned no gradient for its input wire"
+            job = self._job(index, checkpoint, first.wires[index], grad)
+            result = _fresh(run_stage, self.recipe, self.batch, job)
+            if "raised" in result:
+                return result["raised"]
+            first.results[index] = result
+            grad = result.get("grad")
+        return None
+
+    def train_check(self, first: _Pass, uncut: dict) -> TrainCheck:
+        """One step on the staged pipeline against the uncut model's step."""
+        if first.blocked is not None:
+            return TrainCheck("blocked", message=first.blocked.message)
+        why = self.backward(first, uncut["checkpoint"])
+        if why is not None:
+            return TrainCheck("blocked", message=why)
+        after = self.forward(self._stepped(first, uncut["checkpoint"]))
+        if after.blocked is not None:
+            return TrainCheck("blocked", message=after.blocked.message)
+        return _train_check(uncut, first.results, after.logits)
+
+    def _stepped(self, first: _Pass, checkpoint: str) -> list[str]:
+        """Per stage: the uncut checkpoint with that stage's stepped parameters."""
+        base = torch.load(checkpoint, weights_only=True)
+        paths = []
+        for index in range(self.last + 1):
+            path = str(Path(self.workdir) / f"stepped-{index}.pt")
+            torch.save(base | first.results[index]["params"], path)
+            paths.append(path)
+        return paths
+
+
+def _train_check(uncut: dict, results: dict[int, dict], after: torch.Tensor) -> TrainCheck:
+    """Every parameter (global name) after one step, and the logits of a second forward."""
+    staged: dict[str, list[torch.Tensor]] = {}
+    for result in results.values():
+        trained = set(result["trained"])
+        for name, value in result["params"].items():
+            if name in trained:
+                staged.setdefault(name, []).append(value)
+    for result in results.values():
+        for name, value in result["params"].items():
+            staged.setdefault(name, [value])
+    differing, worst = [], 0.0
+    for name, value in uncut["params"].items():
+        copies = staged.get(name, [])
+        bad = [c for c in copies if not _same(c, value)]
+        if not copies or bad:
+            differing.append(name)
+            worst = max([worst, *(_abs_diff(c, value) for c in bad)], default=worst)
+    logits = "equal" if _same(after, uncut["after"]) else "differ"
+    status = "equal" if not differing and logits == "equal" else "differ"
+    return TrainCheck(status, len(uncut["params"]), differing, worst, logits)
+
+
+def _abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    return (a.float() - b.float()).abs().nan_to_num(float("inf")).max().item()
+
+
+def _fresh(fn, *args) -> dict:
+    """``fn(*args)`` in a fresh process; an ``error`` it reports is a :class:`GateError`."""
+    try:
+        result = unpack(run_fresh(fn, pack(args)))
+    except GraphcheckError as err:
+        raise GateError(str(err)) from None
+    except Exception as err:  # pickling a model, builder or result
+        raise GateError(f"cannot run in a fresh process: {type(err).__name__}: "
+                        f"{_one_line(err)}; pass the model and the stage builder as "
+                        "file.py:function specs") from None  # fmt: skip
+    if "error" in result:
+        raise GateError(result["error"])
+    return result
+
+
+def _isolation_check(found: list, tolerance: float) -> IsolationCheck:
+    """Per document ``None`` (bitwise) or its relative diff, as an :class:`IsolationCheck`."""
+    worst, at = 0.0, None
+    for index, rel in enumerate(found):
+        if rel is not None and (at is None or rel > worst):
+            worst, at = rel, index
+    bitwise = at is None
+    status = "bitwise" if bitwise else "tolerance" if worst <= tolerance else "fail"
+    return IsolationCheck(status, worst, at, tolerance, len(found))
+
+
+_HF_BUILDER = Path(__file__).resolve().parent.parent / "fixtures" / "stage_builders.py"
+
+
+def _default_builder(spec: str | None, builder):
+    """The user's stage builder; else ``hf_slice`` for ``hf:`` models, ``keep-index``
+    for the rest (pipeline-aware models)."""
+    if builder is not None:
+        return builder
+    if spec is None or not is_hf_spec(spec):
+        return "keep-index"
+    if _HF_BUILDER.is_file():
+        return f"{_HF_BUILDER}:hf_slice"
+    raise UsageError(
+        "hf: models need --stage-builder FILE.py:FN to gate (e.g. "
+        "fixtures/stage_builders.py:hf_slice)"
+    )
+
+
+_MODES = ("processes", "graph")
+
+
+def _check_mode(mode: str, builder, train: bool) -> None:
+    if mode not in _MODES:
+        raise UsageError(f"unknown gate mode {mode!r}: use {' or '.join(_MODES)}")
+    if mode == "graph" and (builder is not None or train):
+        raise UsageError(
+            "the in-process graph mode runs the exported forward graph only: drop "
+            "--stage-builder and --train, or drop --in-process"
+        )
 
 
 class _Clock:
@@ -281,9 +506,6 @@ def _single_thread():
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-_VARLEN_REST = ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
 def _real_factory(model: ModelArg, session) -> Callable[[], nn.Module] | None:
@@ -424,30 +646,6 @@ def _stage_handover(out, cut: int) -> tuple[torch.Tensor, Handover]:
     shape = [str(d) for d in value.shape]
     wire = value.detach().to(torch.bfloat16, copy=True).contiguous()
     return wire, Handover(cut, "stage output", dtype, shape, dtype != "bfloat16")
-
-
-def _load_stage_weights(module: nn.Module, model: nn.Module, layout, layers: list[int]) -> None:
-    """Copy the full model's weights into a stage module, mapping renumbered layers
-    back to their global index (a rebuilt stage starts from fresh weights)."""
-    source = dict(model.named_parameters(remove_duplicate=False))
-    source |= dict(model.named_buffers(remove_duplicate=False))
-    prefix = layout.layer_prefix + "."
-    try:
-        keys, _ = _mapping(module.get_submodule(layout.layer_prefix), layout.layer_prefix, layers)
-    except AttributeError:
-        keys = {}
-    uncut = {g: k for k, g in layout.layer_keys.items()}
-    targets = dict(module.named_parameters(remove_duplicate=False))
-    targets |= dict(module.named_buffers(remove_duplicate=False))
-    for name, tensor in targets.items():
-        if name.startswith(prefix):
-            key, _, rest = name[len(prefix) :].partition(".")
-            if keys.get(key) not in uncut:
-                continue
-            name = f"{prefix}{uncut[keys[key]]}.{rest}"
-        src = source.get(name)
-        if src is not None and src.shape == tensor.shape and src is not tensor:
-            tensor.data.copy_(src.data)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -16,7 +16,10 @@ document gives the same bytes whether it is packed with others or run alone:
 the reference is itself a document-isolation oracle. A query row with no key in
 its window gets zeros and a ``-inf`` log-sum-exp, as in flash attention.
 
-The out variant ``torch_attn::_varlen_attn_out`` is covered too. The
+The out variant ``torch_attn::_varlen_attn_out`` is covered too, and so is the
+backward ``torch_attn::_varlen_attn_backward`` (``graphcheck gate --train``):
+the closed-form attention gradients, per document in fp32, GQA gradients
+summed over each group of query heads. The
 ``graphcheck::`` stand-in ops already have per-document eager implementations
 (:mod:`graphcheck.kernels.ops`) and need nothing here.
 
@@ -42,7 +45,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["cpu_kernels", "varlen_attention"]
+__all__ = ["cpu_kernels", "varlen_attention", "varlen_attention_backward"]
 
 _LOCK = threading.Lock()
 _ACTIVE: list = []  # [Library handle, depth] while a block is open
@@ -118,6 +121,61 @@ def varlen_attention(
     return out, lse, torch.zeros(2, dtype=torch.uint64)
 
 
+def _document_grads(q, k, v, dout, scale: float, allowed: torch.Tensor, groups: int):
+    """Gradients of one document's attention: (dq ``[Lq, H, D]``, dk ``[Lk, Hk, D]``,
+    dv ``[Lk, Hk, Dv]``) in fp32."""
+    q, dout = (x.float().transpose(0, 1) for x in (q, dout))
+    k, v = (x.float().repeat_interleave(groups, dim=1).transpose(0, 1) for x in (k, v))
+    scores = ((q @ k.transpose(-1, -2)) * scale).masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.where(allowed.any(-1)[:, None], probs, torch.zeros_like(probs))
+    dv = probs.transpose(-1, -2) @ dout
+    dp = dout @ v.transpose(-1, -2)
+    ds = probs * (dp - (dp * probs).sum(-1, keepdim=True))
+    dq = (ds @ k) * scale
+    dk = (ds.transpose(-1, -2) @ q) * scale
+
+    def fold(grad: torch.Tensor) -> torch.Tensor:
+        return grad.transpose(0, 1).unflatten(1, (-1, groups)).sum(2)
+
+    return dq.transpose(0, 1), fold(dk), fold(dv)
+
+
+def varlen_attention_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seq_q: torch.Tensor,
+    cu_seq_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    is_causal: bool,
+    rng_state: torch.Tensor,
+    scale: float | None = None,
+    window_size: list[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch_attn::_varlen_attn_backward`` on CPU: (dq, dk, dv) shaped like q, k, v."""
+    groups = query.shape[1] // key.shape[1]
+    left, right = window_size if window_size is not None else (-1, -1)
+    right = 0 if is_causal else right
+    scale = scale if scale is not None else query.shape[-1] ** -0.5
+    grads = tuple(torch.zeros_like(x) for x in (query, key, value))
+    for (qs, qe), (ks, ke) in zip(_bounds(cu_seq_q), _bounds(cu_seq_k), strict=True):
+        if qe == qs:
+            continue
+        allowed = _allowed(qe - qs, ke - ks, left, right)
+        pieces = _document_grads(
+            query[qs:qe], key[ks:ke], value[ks:ke], grad_out[qs:qe], scale, allowed, groups
+        )
+        spans = ((qs, qe), (ks, ke), (ks, ke))
+        for grad, piece, (start, end) in zip(grads, pieces, spans, strict=True):
+            grad[start:end] = piece.to(grad.dtype)
+    return grads
+
+
 def _varlen_attention_out(out: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     result, lse, _ = varlen_attention(*args, **kwargs)
     out.copy_(result)
@@ -132,6 +190,7 @@ def cpu_kernels() -> Iterator[None]:
             library = torch.library.Library("torch_attn", "IMPL")
             library.impl("_varlen_attn", varlen_attention, "CPU")
             library.impl("_varlen_attn_out", _varlen_attention_out, "CPU")
+            library.impl("_varlen_attn_backward", varlen_attention_backward, "CPU")
             _ACTIVE[:] = [library, 0]
         _ACTIVE[1] += 1
     try:

@@ -1,10 +1,11 @@
 """Gate reports: the result of ``graphcheck gate``, as a value, as text and as JSON.
 
 A :class:`GateReport` holds the static verdict of the plan (the same proof
-``graphcheck verify`` runs), the executed comparison of the staged program
-with the uncut model (:class:`ByteCheck`) and the document-isolation
-comparison (:class:`IsolationCheck`). Exit status: 0 when both comparisons
-hold, 1 when either fails.
+``graphcheck verify`` runs), the executed comparison of the staged run with
+the uncut model (:class:`ByteCheck`), the document-isolation comparison
+(:class:`IsolationCheck`) and, with ``--train``, the comparison after one
+optimizer step (:class:`TrainCheck`). Exit status: 0 when every comparison
+holds, 1 when one fails.
 
 >>> r = GateReport(model="m.py:f", num_layers=2, cuts=[1], docs=(3,), seed=0,
 ...                static_verdict="pass", bytes=ByteCheck("equal"),
@@ -27,6 +28,7 @@ __all__ = [
     "ByteCheck",
     "GateReport",
     "IsolationCheck",
+    "TrainCheck",
     "render_gate_json",
     "render_gate_text",
 ]
@@ -82,6 +84,26 @@ class IsolationCheck:
 
 
 @dataclass
+class TrainCheck:
+    """After one forward+backward+SGD step on both: every parameter (by global name)
+    and the logits of a second forward. ``equal``, ``differ`` or ``blocked``."""
+
+    status: str
+    parameters: int = 0  # parameters of the uncut model compared
+    differing: list[str] = field(default_factory=list)  # their global names
+    max_abs_diff: float = 0.0
+    logits_after: str = ""  # equal / differ: the second forward
+    message: str = ""
+
+    @property
+    def holds(self) -> bool:
+        return self.status == "equal"
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
 class GateReport:
     model: str
     num_layers: int
@@ -97,10 +119,13 @@ class GateReport:
     handovers: list[Handover] = field(default_factory=list)
     export_faithful: bool = True  # the exported uncut program gives the model's bytes
     seconds: dict[str, float] = field(default_factory=dict)
+    mode: str = "processes"  # a fresh process per stage; "graph": the partitioned export
+    train: TrainCheck | None = None
 
     @property
     def verdict(self) -> str:
-        return "pass" if self.bytes.holds and self.isolation.holds else "fail"
+        trained = self.train is None or self.train.holds
+        return "pass" if self.bytes.holds and self.isolation.holds and trained else "fail"
 
     @property
     def exit_code(self) -> int:
@@ -108,14 +133,17 @@ class GateReport:
 
     @property
     def agrees(self) -> bool:
-        """The static verdict never says pass where the bytes differ."""
-        return self.static_verdict == "fail" or self.bytes.holds
+        """The static verdict never says pass where the bytes differ (forward, or after
+        one optimizer step)."""
+        trained = self.train is None or self.train.holds
+        return self.static_verdict == "fail" or (self.bytes.holds and trained)
 
     def as_dict(self) -> dict:
         return {
             "graphcheck": __version__,
             "model": self.model,
             "mode": "gate",
+            "run": self.mode,
             "verdict": self.verdict,
             "num_layers": self.num_layers,
             "cuts": self.cuts,
@@ -129,6 +157,7 @@ class GateReport:
             "handovers": [h.as_dict() for h in self.handovers],
             "bytes": self.bytes.as_dict(),
             "isolation": self.isolation.as_dict(),
+            "train": self.train.as_dict() if self.train else None,
             "export_faithful": self.export_faithful,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -166,6 +195,20 @@ def _isolation_line(check: IsolationCheck) -> str:
     return f"document isolation: FAIL ({detail}: documents see each other)"
 
 
+def _train_line(check: TrainCheck) -> str:
+    if check.status == "equal":
+        return (
+            f"after one SGD step: EQUAL ({check.parameters} parameters and the logits of a "
+            "second forward)"
+        )
+    if check.status == "blocked":
+        return f"after one SGD step: CANNOT RUN ({check.message})"
+    names = ", ".join(check.differing[:3]) + (", ..." if len(check.differing) > 3 else "")
+    params = f"{len(check.differing)}/{check.parameters} parameters differ"
+    detail = f"{params} (max abs diff {check.max_abs_diff:.4g}: {names})" if names else params
+    return f"after one SGD step: DIFFER ({detail}; second forward {check.logits_after})"
+
+
 def _handover_lines(report: GateReport) -> list[str]:
     lines = []
     for h in report.handovers:
@@ -179,6 +222,11 @@ def _handover_lines(report: GateReport) -> list[str]:
 
 
 _BYTES = {"equal": "bytes equal", "differ": "bytes differ", "blocked": "a stage cannot run"}
+_TRAINED = {
+    "equal": "equal after a step",
+    "differ": "differ after a step",
+    "blocked": "no training step",
+}
 
 
 def _summary(report: GateReport) -> str:
@@ -186,6 +234,8 @@ def _summary(report: GateReport) -> str:
     static = report.static_verdict.upper()
     agree = "agrees with" if report.agrees else "CONTRADICTS"
     what = f"{_BYTES[report.bytes.status]}, {isolated}"
+    if report.train is not None:
+        what += ", " + _TRAINED[report.train.status]
     return f"verdict: {report.verdict.upper()} ({what}; {agree} the static proof: {static})"
 
 
@@ -199,11 +249,18 @@ def render_gate_text(report: GateReport) -> str:
     lines += [_stage_line(s) for s in report.stages]
     codes = f" ({', '.join(report.static_codes)})" if report.static_codes else ""
     lines += ["", f"static proof: {report.static_verdict.upper()}{codes}"]
-    if report.stage_builder:
-        lines.append(f"stages run: the modules of stage builder {report.stage_builder}")
+    if report.mode == "graph":
+        lines.append("stages run: the exported uncut graph partitioned by the proof, in-process")
+    elif report.stage_builder:
+        lines.append(
+            f"stages run: stage builder {report.stage_builder}, one fresh process per stage, "
+            "weights from the uncut checkpoint"
+        )
     lines += _handover_lines(report)
     if not report.export_faithful:
         lines.append("note: the exported uncut program itself differs from the model here")
     lines += ["", _bytes_line(report.bytes), _isolation_line(report.isolation)]
+    if report.train is not None:
+        lines.append(_train_line(report.train))
     lines += ["", _summary(report)]
     return "\n".join(lines) + "\n"
