@@ -20,7 +20,10 @@ needs, plus every in-place op that writes into a tensor it reads (export keeps
 ``copy_`` into a ``new_empty`` buffer, ``index_put_``, ...), in program order.
 A replicated node may read an activation made elsewhere only through its
 metadata (``sym_size``, ``zeros_like``: the taint says its value does not flow);
-such an input is replaced by zeros of the same shape and dtype.
+such an input is replaced by zeros of the same shape and dtype. When that
+shape is data-dependent (an unbacked size of ``nonzero``, ``where``, ...,
+computed on another stage), the stage cannot know it: the run stops with a
+:class:`Blocked` naming the size and the value.
 
 With no cuts this runs the uncut program in one piece.
 """
@@ -112,7 +115,11 @@ class RunStagesPass:
             if blocked is not None:
                 result.blocked = blocked
                 return result
-            env = self._execute(need, standin, received)
+            try:
+                env = self._execute(need, standin, received)
+            except _UnboundSize as err:
+                result.blocked = self._size_blocked(stage, err)
+                return result
             if stage == self.last:
                 result.outputs = env[self.output]
                 return result
@@ -165,6 +172,17 @@ class RunStagesPass:
         message = f"stage {stage} needs {what}, but {why}; the stage cannot run"
         return Blocked(stage, node.name, self.program.label(node), home, message)
 
+    def _size_blocked(self, stage: int, err: _UnboundSize) -> Blocked:
+        node, home = err.node, self._home(err.node)
+        where = f"made on stage {home}" if home is not None else "made on another stage"
+        cut = self.cuts[stage - 1][0] if stage > 0 else self.cuts[0][0]
+        message = (
+            f"stage {stage} needs the data-dependent size {self.program.readable(err.size)} of "
+            f"`{node.name}` ({self.program.label(node)}, {where}), but only the wire crosses "
+            f"cut {cut}; the stage cannot run"
+        )
+        return Blocked(stage, node.name, self.program.label(node), home, message)
+
     def _execute(self, need, standin, received) -> dict[torch.fx.Node, object]:
         env: dict[torch.fx.Node, object] = dict(received)
         for node in standin:
@@ -205,7 +223,11 @@ class RunStagesPass:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise NodeFailure(node, self.program) from ValueError("no tensor shape recorded")
-        shape = [_evaluate(d, self.bindings) for d in val.shape]
+        try:
+            shape = [_evaluate(d, self.bindings) for d in val.shape]
+        except _UnboundSize as err:
+            err.node = node
+            raise
         return torch.zeros(shape, dtype=val.dtype)
 
 
@@ -275,7 +297,19 @@ def _bindings(program: Program, feeds: Mapping[str, object]) -> dict:
     return bound
 
 
+class _UnboundSize(Exception):
+    """A size with no value on this stage (an unbacked, data-dependent symbol)."""
+
+    def __init__(self, size) -> None:
+        super().__init__(str(size))
+        self.size = size
+        self.node: torch.fx.Node | None = None
+
+
 def _evaluate(dim, bindings: dict) -> int:
     if isinstance(dim, int):
         return dim
-    return int(dim.node.expr.xreplace(bindings))
+    expr = dim.node.expr.xreplace(bindings)
+    if expr.free_symbols:
+        raise _UnboundSize(dim)
+    return int(expr)
