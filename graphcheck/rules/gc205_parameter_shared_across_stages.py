@@ -2,7 +2,11 @@
 
 What it checks
     No parameter, and no value computed from parameters alone, is read on both
-    sides of a cut.
+    sides of a cut; and no parameter *storage* is: two Parameter objects on one
+    storage (``lm_head.weight = nn.Parameter(embed.weight)``) read on the two
+    sides are one weight, whatever the objects. Storage identity is taken from
+    the exported program's state dict (the model's own tensors, fake ones too:
+    ``untyped_storage()`` identity).
 
 Why it matters
     A weight used by two stages must be replicated and kept identical: its
@@ -11,29 +15,105 @@ Why it matters
     stage, the head on the last.
 
 Example
-    ``model.lm_head.weight = model.model.embed_tokens.weight``.
+    ``model.lm_head.weight = model.model.embed_tokens.weight``, or
+    ``model.lm_head.weight = nn.Parameter(model.model.embed_tokens.weight)``.
 
 Fix
-    Untie the weights for pipelined training (separate head weight), or keep
-    the sharing modules on one stage.
+    Untie the weights for pipelined training (``--set tie_word_embeddings=false``
+    for ``hf:`` models, or give the head its own weight), or keep the sharing
+    modules on one stage.
 """
 
 from __future__ import annotations
 
+import torch
+from torch.export.graph_signature import InputKind
+from torch.multiprocessing.reductions import StorageWeakRef
+
 from graphcheck.diagnostics import Diagnostic
+
+__all__ = ["CODE", "NAME", "SUMMARY", "check"]
 
 CODE = "GC205"
 NAME = "parameter-shared-across-stages"
 SUMMARY = "a parameter (tied embeddings) is used by two stages"
 
 
+_FIX = (
+    "untie it (--set tie_word_embeddings=false for hf: models, or give the head its "
+    "own weight) or keep its users on one stage"
+)
+
+
 def check(ctx) -> list[Diagnostic]:
     found = []
+    groups = _storage_groups(ctx.program)
     for cut in ctx.cuts:
         for crossing in cut.crossing:
             if crossing.role == "parameter":
                 found.append(_diagnostic(ctx, cut, crossing))
+        for group in groups:
+            diagnostic = _shared_storage(ctx, cut, group)
+            if diagnostic is not None:
+                found.append(diagnostic)
     return found
+
+
+def _storage_groups(program) -> list[list]:
+    """Parameter placeholders that share one storage, two or more per group."""
+    exported = program.exported.program
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    groups: dict[object, list] = {}
+    for spec in exported.graph_signature.input_specs:
+        tensor = exported.state_dict.get(spec.target) if spec.target else None
+        node = nodes.get(spec.arg.name)
+        if spec.kind != InputKind.PARAMETER or not isinstance(tensor, torch.Tensor) or not node:
+            continue
+        try:
+            key = StorageWeakRef(tensor.untyped_storage()).cdata
+        except (RuntimeError, NotImplementedError):
+            continue
+        groups.setdefault(key, []).append((spec.target, node))
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _readers(program, node) -> list:
+    """The flow nodes that read ``node``, through values computed from parameters."""
+    found, todo, seen = [], list(node.users), set()
+    while todo:
+        user = todo.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user in program.interval:
+            found.append(user)
+        else:
+            todo.extend(user.users)
+    return found
+
+
+def _shared_storage(ctx, cut, group) -> Diagnostic | None:
+    """GC205 when members of one storage group are read on both sides of ``cut``."""
+    program = ctx.program
+    sides: dict[bool, list[tuple[str, str]]] = {True: [], False: []}
+    for fqn, node in group:
+        for reader in _readers(program, node):
+            sides[cut.on_left(program, reader)].append((fqn, program.label(reader)))
+    pairs = [(a, b) for a in sides[True] for b in sides[False] if a[0] != b[0]]
+    if not pairs:
+        return None  # one Parameter read on both sides: the crossing check reports it
+    (left_fqn, left), (right_fqn, right) = pairs[0]
+    node = next(n for f, n in group if f == right_fqn)
+    return Diagnostic.at(
+        CODE,
+        NAME,
+        f"parameters {left_fqn} and {right_fqn} share one storage and are read on both "
+        f"sides of cut {cut.position}: by {left} and by {right}; {_FIX}",
+        node=node,
+        module=right_fqn,
+        cut=cut.position,
+        stage=ctx.right_stage(cut),
+    )
 
 
 def _diagnostic(ctx, cut, crossing) -> Diagnostic:
@@ -48,7 +128,7 @@ def _diagnostic(ctx, cut, crossing) -> Diagnostic:
         NAME,
         f"parameter {name} is read on both sides of cut {cut.position}: by "
         f"{', '.join(left[:2]) or 'the left side'} and by {', '.join(crossing.consumers[:2])}; "
-        "untie it or keep its users on one stage",
+        + _FIX,
         node=node,
         module=fqn,
         cut=cut.position,
