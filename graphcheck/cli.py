@@ -93,7 +93,20 @@ def _gate_parser(sub) -> None:
     plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
     plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
     gate.add_argument(
-        "--stage-builder", metavar="NAME|FILE.py:FN", help="run these stage modules chained"
+        "--stage-builder",
+        metavar="NAME|FILE.py:FN",
+        help="the modules each stage process builds (default keep-index; hf: hf_slice)",
+    )
+    gate.add_argument(
+        "--train", action="store_true", help="also one SGD step on both; compare parameters"
+    )
+    gate.add_argument(
+        "--in-process",
+        action="store_const",
+        const="graph",
+        default="processes",
+        dest="run_mode",
+        help="secondary mode: the exported graph partitioned by the proof, in this process",
     )
     gate.add_argument("--seed", type=int, default=0, help="weights and tokens (default 0)")
     gate.add_argument("--docs", metavar="N[,N]", help="document lengths (default 61,17,94,38,5,41)")
@@ -110,7 +123,7 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     docs = parse_docs(args.docs)
     result = gate(
         args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
-        docs=docs, **options,
+        docs=docs, train=args.train, mode=args.run_mode, **options,
     )  # fmt: skip
     render = render_gate_json if args.format == "json" else render_gate_text
     return render(result), result.exit_code
