@@ -26,10 +26,10 @@ import networkx as nx
 import torch
 import torch.fx
 
-from graphcheck.ops import is_view_node
+from graphcheck.ops import is_view_node, op_name, tensor_val
 from graphcheck.program import Program
 
-__all__ = ["Crossing", "CutAnalysis", "analyse_cut", "analyse_cuts", "live_edges"]
+__all__ = ["Crossing", "CutAnalysis", "analyse_cut", "analyse_cuts", "copies_data", "live_edges"]
 
 _UNIT = 1000
 
@@ -108,7 +108,26 @@ def _readers(program: Program, node: torch.fx.Node) -> list[torch.fx.Node]:
 def _weight(node: torch.fx.Node) -> int:
     val = node.meta.get("val")
     bf16 = isinstance(val, torch.Tensor) and val.dtype == torch.bfloat16
-    return _UNIT + (0 if bf16 else 1) + (1 if is_view_node(node) else 0)
+    view = is_view_node(node) and not copies_data(node)
+    return _UNIT + (0 if bf16 else 1) + (1 if view else 0)
+
+
+def copies_data(node: torch.fx.Node) -> bool:
+    """A view-typed op that copied: ``.contiguous()`` of a non-contiguous tensor,
+    ``.to()`` into another dtype or with ``copy=True``."""
+    name = op_name(node.target)
+    src = tensor_val(node.args[0]) if node.args else None
+    out = tensor_val(node)
+    if src is None or out is None:
+        return False
+    if name.startswith("aten.to."):
+        return src.dtype != out.dtype or bool(node.kwargs.get("copy"))
+    if name == "aten.contiguous.default":
+        try:
+            return not bool(src.is_contiguous())
+        except Exception:  # an undecidable stride: keep treating it as a view
+            return False
+    return False
 
 
 def _min_cut(

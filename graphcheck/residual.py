@@ -17,11 +17,11 @@ import sympy
 import torch
 import torch.fx
 
-from graphcheck.dataflow import CutAnalysis
-from graphcheck.ops import is_cast_node, is_view_node, op_name, tensor_val
+from graphcheck.dataflow import CutAnalysis, copies_data
+from graphcheck.ops import is_cast_node, is_view_node
 from graphcheck.program import Program
 
-__all__ = ["Wire", "classify_wire", "view_base"]
+__all__ = ["Wire", "classify_wire", "copies_data", "view_base"]
 
 
 @dataclass
@@ -100,7 +100,7 @@ def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
     input), but copy when the input is not contiguous or the dtype changes: the walk
     stops at such a copy, which is a materialized tensor of its own."""
     base = node
-    while is_view_node(base) and not _copies(base):
+    while is_view_node(base) and not copies_data(base):
         src = base.args[0]
         base = src.args[0] if base.target is operator.getitem else src
         if not isinstance(base, torch.fx.Node):
@@ -108,24 +108,6 @@ def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
     if base is node:
         return None
     return base if not _same_numel(base, node) else None
-
-
-def _copies(node: torch.fx.Node) -> bool:
-    """A view-typed op that copied: ``.contiguous()`` of a non-contiguous tensor,
-    ``.to()`` into another dtype or with ``copy=True``."""
-    name = op_name(node.target)
-    src = tensor_val(node.args[0]) if node.args else None
-    out = tensor_val(node)
-    if src is None or out is None:
-        return False
-    if name.startswith("aten.to."):
-        return src.dtype != out.dtype or bool(node.kwargs.get("copy"))
-    if name == "aten.contiguous.default":
-        try:
-            return not bool(src.is_contiguous())
-        except Exception:  # an undecidable stride: keep treating it as a view
-            return False
-    return False
 
 
 def _same_numel(a: torch.fx.Node, b: torch.fx.Node) -> bool:

@@ -15,6 +15,8 @@ GC203 boundary-not-materialized       the crossing value is a view / has a
 GC204 boundary-not-layer-output       the crossing activation is not the residual
                                       between the two layers
 GC205 parameter-shared-across-stages  a parameter is used by two stages
+GC206 boundary-not-residual-shape     the crossing value is not a [1, T, H] residual
+                                      (rank, width, bitcast)
 GC301 kernel-choice-flipped           a stage program's layer differs from the uncut
                                       program's layer (``--stage-builder``)
 GC302 layer-identity-lost             a stage's layers lost their global indices
@@ -40,6 +42,7 @@ from graphcheck.rules import (
     gc203_boundary_not_materialized,
     gc204_boundary_not_layer_output,
     gc205_parameter_shared_across_stages,
+    gc206_boundary_not_residual_shape,
     gc301_kernel_choice_flipped,
     gc302_layer_identity_lost,
     gc303_stage_program_differs,
@@ -59,6 +62,7 @@ RULES = (
     gc203_boundary_not_materialized,
     gc204_boundary_not_layer_output,
     gc205_parameter_shared_across_stages,
+    gc206_boundary_not_residual_shape,
     gc301_kernel_choice_flipped,
     gc302_layer_identity_lost,
     gc303_stage_program_differs,

@@ -1,0 +1,166 @@
+"""GC206 boundary-not-residual-shape
+
+What it checks
+    The value crossing each cut is shaped like the residual stream, ``[1, T, H]``
+    with ``H`` the model's hidden size, and no bitcast (``aten.view.dtype``:
+    ``x.view(torch.bfloat16)`` of an fp32 tensor) lies on its path from the op
+    that computed it (views and copies are looked through). ``H`` is the width of
+    the residual stream where the model defines it: the last dim of what the input
+    modules hand to the rest of the model (or of a stage's ``hidden`` input), and of
+    what the output modules read from it; they must agree.
+
+Why it matters
+    The pipeline wire is one bf16 ``[1, T, H]`` tensor: runtimes allocate its
+    receive buffer from that shape and treat it as the residual. A rank-4
+    multi-stream residual ``[1, T, n, H]`` does not fit it, and the bits of an fp32
+    residual carried as a bf16 ``[1, T, 2H]`` tensor are not the bf16 residual the
+    contract names: bf16 checks pass on bytes that are really fp32.
+
+Example
+    Hyper-connections that pass ``n`` residual streams between layers
+    (``[1, T, n, H]``); a layer that keeps an fp32 residual and returns
+    ``x32.view(torch.bfloat16)``.
+
+Fix
+    Hand over the ``[1, T, H]`` residual: collapse the streams inside the layer (or
+    cut where they are collapsed) and round an fp32 residual with
+    ``.to(torch.bfloat16)`` instead of reinterpreting its bits. A model whose
+    boundary state is deliberately not the residual will be able to declare it with
+    ``get_pp_module_config()["pipeline_boundary_state"]``; a declared shape that
+    matches the crossing value is accepted.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from graphcheck.dataflow import copies_data
+from graphcheck.diagnostics import Diagnostic
+from graphcheck.ops import is_view_node, op_name, tensor_val
+
+__all__ = ["CODE", "NAME", "SUMMARY", "check", "hidden_size"]
+
+CODE = "GC206"
+NAME = "boundary-not-residual-shape"
+SUMMARY = "the crossing value is not a [1, T, H] residual (rank, width, bitcast)"
+
+_COPIES = {"aten.clone.default", "aten.alias.default", "aten.detach.default"}
+_DECLARE = 'get_pp_module_config()["pipeline_boundary_state"]'
+
+
+def check(ctx) -> list[Diagnostic]:
+    program = ctx.program
+    widths = _widths(program)
+    found = []
+    if len(widths) > 1:
+        found.append(_ambiguous(widths))
+    width = next(iter(widths)) if len(widths) == 1 else None
+    for cut in ctx.cuts:
+        node = ctx.wire(cut).boundary
+        if node is None or _declared(program, node):
+            continue
+        problem = _shape_problem(program, node, width) or _bitcast_problem(program, node)
+        if problem:
+            message = f"{node.name} crossing cut {cut.position} {problem}"
+            where = {"cut": cut.position, "stage": ctx.right_stage(cut)}
+            found.append(Diagnostic.at(CODE, NAME, message, node=node, **where))
+    return found
+
+
+def hidden_size(program) -> int | None:
+    """The residual stream's width, or ``None`` when the model does not show one width."""
+    widths = _widths(program)
+    return next(iter(widths)) if len(widths) == 1 else None
+
+
+def _widths(program) -> set[int]:
+    """Last dims of the values entering the model from the input modules (or a stage's
+    ``hidden`` input) and of the values the output modules read from the model."""
+    found: set[int] = set()
+    hidden = program.user_inputs.get("hidden")
+    if hidden is not None:
+        found |= _last_dim(hidden)
+    for node in program.interval:
+        kind = program.region[node].kind
+        users = [u for u in node.users if u in program.interval]
+        if kind == "input" and any(program.region[u].kind != "input" for u in users):
+            found |= _last_dim(node)
+        if kind != "output" and any(program.region[u].kind == "output" for u in users):
+            found |= _last_dim(node)
+    return found
+
+
+def _last_dim(node: torch.fx.Node) -> set[int]:
+    val = tensor_val(node)
+    if val is None or val.dim() == 0 or not isinstance(val.shape[-1], int):
+        return set()
+    return {val.shape[-1]}
+
+
+def _shape_problem(program, node: torch.fx.Node, width: int | None) -> str | None:
+    shape = program.shape(node)
+    if shape is None:
+        return None
+    expected = f"[1, T, {width if width is not None else 'H'}]"
+    ok = len(shape) == 3 and shape[0] == "1" and shape[1] == "T"
+    if ok and (width is None or shape[2] == str(width)):
+        return None
+    fix = (
+        "collapse extra streams inside the layer and hand over the residual itself"
+        if len(shape) != 3
+        else "hand over the residual itself, not a reshaped or widened copy"
+    )
+    return (
+        f"is {program.dtype(node)} [{', '.join(shape)}], but the pipeline wire is one bf16 "
+        f"{expected} tensor (the residual stream); {fix}, or (a later option) declare the "
+        f"boundary state with {_DECLARE}"
+    )
+
+
+def _bitcast_problem(program, node: torch.fx.Node) -> str | None:
+    cast = _bitcast_on_path(node)
+    if cast is None:
+        return None
+    src = tensor_val(cast.args[0])
+    was = str(src.dtype).removeprefix("torch.") if src is not None else "another dtype"
+    return (
+        f"is the bits of a {was} tensor reinterpreted as {program.dtype(cast)} "
+        f"({cast.name}: aten.view.dtype); round with .to(torch.bfloat16) instead of a "
+        f"bitcast, or declare the boundary state with {_DECLARE}"
+    )
+
+
+def _bitcast_on_path(node: torch.fx.Node) -> torch.fx.Node | None:
+    """An ``aten.view.dtype`` among the views and copies ``node`` was made by."""
+    seen = 0
+    while isinstance(node, torch.fx.Node) and seen < 64:
+        name = op_name(node.target) if node.op == "call_function" else ""
+        if name == "aten.view.dtype":
+            return node
+        passes_bits = (is_view_node(node) and not copies_data(node)) or name in _COPIES
+        if not passes_bits or not node.args:
+            return None
+        src = node.args[0]
+        node = src.args[0] if op_name(node.target) == "getitem" else src
+        seen += 1
+    return None
+
+
+def _declared(program, node: torch.fx.Node) -> bool:
+    """A boundary state the model declares (``pipeline_boundary_state``) whose shape is
+    the crossing value's; the declaration itself comes with a later layout option."""
+    state = getattr(program.layout, "boundary_state", None)
+    if not isinstance(state, dict) or "shape" not in state:
+        return False
+    return [str(d) for d in state["shape"]] == program.shape(node)
+
+
+def _ambiguous(widths: set[int]) -> Diagnostic:
+    return Diagnostic.at(
+        CODE,
+        NAME,
+        f"the model shows several residual widths {sorted(widths)} (the input modules' "
+        "output and what the output modules read differ), so the [1, T, H] wire cannot be "
+        f"checked; make both the hidden size, or declare the boundary state with {_DECLARE}",
+    )
