@@ -185,6 +185,8 @@ class Gate:
         else:
             builder = _default_builder(self.spec, stage_builder)
             outcome = self._process_outcome(builder, plan, batch, tolerance, train, clock)
+            if stage_builder is None and outcome.bytes.status == "blocked":
+                raise GateError(_not_pipeline_aware(builder, outcome.bytes.message))
             stage_builder = builder
         return GateReport(
             model=self.explorer.session.name,
@@ -460,6 +462,16 @@ def _default_builder(spec: str | None, builder):
     raise UsageError(
         "hf: models need --stage-builder FILE.py:FN to gate (e.g. "
         "fixtures/stage_builders.py:hf_slice)"
+    )
+
+
+def _not_pipeline_aware(builder: str, message: str) -> str:
+    """A stage raised under the builder the user did not choose: could not run."""
+    name = builder.rpartition(":")[2] if ":" in builder else builder
+    return (
+        f"{message}, built by the default stage builder {name}; if the model is not "
+        "pipeline-aware pass --stage-builder FILE.py:FN (or --in-process for the "
+        "partitioned exported graph)"
     )
 
 
