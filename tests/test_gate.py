@@ -1,5 +1,12 @@
 """The byte gate: the static verdict agrees with executed bytes on CPU.
 
+The gate runs the uncut model and each stage in its own fresh process (the
+default); fixtures that are not pipeline-aware (their stages cannot be built by
+pruning) run in the secondary in-process mode, the exported graph partitioned
+by the proof. The state fixtures of ``fixtures/gate_state.py`` show what only
+the process-per-stage run can: a flag set by an earlier layer, a class counter
+that does not restart, a storage shared across stages after one optimizer step.
+
 The agreement test runs a representative subset of fixtures and cuts (each
 fixture costs one export, about a second): every passing twin that reaches a
 different code path (varlen attention, fp32 glue in the model loop, SDPA with a
@@ -41,6 +48,25 @@ def gate_for(name: str) -> Gate:
     return Gate(spec(name))
 
 
+@cache
+def gated(name: str, cuts: tuple[int, ...], mode: str = "processes", **options):
+    """One gate report per (fixture, cuts, mode, options), shared by the tests."""
+    return gate_for(name).run(list(cuts), docs=SMALL, mode=mode, **options)
+
+
+# fixtures whose stages cannot be built by pruning: run the partitioned exported graph
+GRAPH = {
+    "violations:sdpa_doc_mask", "violations:pp_config", "violations:hidden_residual_pair",
+    "violations:fp32_twin", "violations:skip_connection", "violations:collected_outputs",
+    "violations:reversed_layers", "violations:eager_causal_only",
+    "violations:specialized_length", "violations:none_layers",
+}  # fmt: skip
+
+
+def mode_of(name: str) -> str:
+    return "graph" if name in GRAPH else "processes"
+
+
 # --- agreement: static PASS => bytes equal; failures backed by observed differences -----
 
 PASSING = {
@@ -72,12 +98,13 @@ if os.environ.get("GRAPHCHECK_GATE_ALL"):
     _NAMES += [f"violations:{n}" for n in violations.__all__]
     _NAMES = [n for n in _NAMES if not n.endswith(("export_fails", "factory_raises"))]
     CASES = [(name, cut, "any") for name in _NAMES for cut in range(9)]
+    GRAPH |= set(_NAMES) - {"reference:reference", "reference:window_only"}
     assert reference  # imported for the fixture directory on sys.path
 
 
 @pytest.mark.parametrize(("name", "cut", "how"), CASES)
 def test_static_pass_implies_equal_bytes(name, cut, how):
-    report = gate_for(name).run([cut], docs=SMALL)
+    report = gated(name, (cut,), mode_of(name))
     assert report.agrees, (report.bytes, report.static_codes)
     if how is None:
         assert report.static_verdict == "pass", report.static_codes
@@ -90,7 +117,7 @@ def test_static_pass_implies_equal_bytes(name, cut, how):
 
 
 def test_fp32_residual_is_rounded_on_the_wire():
-    report = gate_for("violations:fp32_residual").run([4], docs=SMALL)
+    report = gated("violations:fp32_residual", (4,))
     (handover,) = report.handovers
     assert (handover.dtype, handover.rounded) == ("float32", True)
     assert report.bytes.status == "differ" and 0 < report.bytes.max_abs_diff < 1
@@ -98,50 +125,51 @@ def test_fp32_residual_is_rounded_on_the_wire():
 
 
 def test_skip_connection_names_the_value_the_wire_does_not_carry():
-    report = gate_for("violations:skip_connection").run([4], docs=SMALL)
+    report = gated("violations:skip_connection", (4,), "graph")
     blocked = report.bytes.blocked
     assert (blocked.stage, blocked.node, blocked.producer) == (1, "embedding", "model.embed_tokens")
     assert "cannot run" in report.bytes.message and "cut 4" in report.bytes.message
 
 
 def test_merged_documents_fail_isolation_far_above_the_tolerance():
-    report = gate_for("violations:ignores_cu_seqlens").run([4], docs=SMALL)
+    report = gated("violations:ignores_cu_seqlens", (4,))
     assert report.bytes.status == "equal"  # PP1 and PP2 agree with each other
     assert report.isolation.status == "fail" and report.isolation.max_rel_diff > 0.09
 
 
 def test_sdpa_mask_isolation_holds_within_tolerance():
-    report = gate_for("violations:sdpa_doc_mask").run([4], docs=SMALL)
+    report = gated("violations:sdpa_doc_mask", (4,), "graph")
     assert report.isolation.status in ("bitwise", "tolerance")
     assert report.isolation.max_rel_diff <= report.isolation.tolerance
 
 
 def test_length_specialised_export_differs_at_another_length():
     # exported for T > 16 (rope scaling chosen by a Python branch); run at T = 12
-    report = gate_for("violations:specialized_length").run([4], docs=(5, 7))
+    report = gate_for("violations:specialized_length").run([4], docs=(5, 7), mode="graph")
     assert report.static_codes == ["GC403"]
     assert report.bytes.status == "differ" and not report.export_faithful
 
 
 def test_three_stages_hand_over_one_residual_each():
-    report = gate_for("reference:reference").run(stages=3, docs=SMALL)
-    assert [h.node for h in report.handovers] == ["add_11", "add_19"]
-    assert report.verdict == "pass"
+    graph = gate_for("reference:reference").run(stages=3, docs=SMALL, mode="graph")
+    assert [h.node for h in graph.handovers] == ["add_11", "add_19"]
+    processes = gate_for("reference:reference").run(stages=3, docs=SMALL)
+    assert [h.shape for h in processes.handovers] == [["1", "67", "64"]] * 2
+    assert graph.verdict == processes.verdict == "pass"
 
 
 # --- stage builders ---------------------------------------------------------------------
 
 
 def test_rebuilt_stages_that_flip_the_window_differ():
-    runner = gate_for("reference:window_only")
-    flipped = runner.run([2], stage_builder="rebuild", docs=SMALL)
+    flipped = gated("reference:window_only", (2,), stage_builder="rebuild")
     assert flipped.static_codes == ["GC301"] and flipped.bytes.status == "differ"
-    aligned = runner.run([4], stage_builder="rebuild", docs=SMALL)
+    aligned = gated("reference:window_only", (4,), stage_builder="rebuild")
     assert aligned.static_verdict == "pass" and aligned.bytes.status == "equal"
 
 
 def test_index_keeping_builder_runs_the_stage_modules():
-    report = gate_for("reference:reference").run([3, 5], stage_builder="keep-index", docs=SMALL)
+    report = gated("reference:reference", (3, 5), stage_builder="keep-index")
     assert report.stage_builder == "keep-index" and report.verdict == "pass"
     assert [h.shape for h in report.handovers] == [["1", "67", "64"]] * 2
 
@@ -150,8 +178,76 @@ def test_hybrid_family_runs_on_the_stand_in_kernels():
     # linear attention through graphcheck::chunk_gated_delta_rule and causal_conv1d,
     # full attention through varlen_attn; the export is the one test_families reads
     runner = Gate("hf:qwen3_next", explorer=hf_explorer("hf:qwen3_next"))
-    report = runner.run([3, 6], docs=(11, 4, 9))
+    report = runner.run([3, 6], docs=(11, 4, 9), mode="graph")
     assert report.static_verdict == "pass" and report.verdict == "pass"
+
+
+# --- state only ranks show: process per stage, --train ---------------------------------
+
+BUILDER = f"{spec('gate_state:fresh_prune').rpartition(':')[0]}:fresh_prune"
+
+
+def test_storage_shared_across_stages_differs_after_one_step():
+    report = gated("gate_state:shared_storage", (4,), train=True)
+    assert report.static_codes == ["GC205"]
+    assert report.bytes.status == "equal" and report.isolation.holds  # forward cannot see it
+    assert report.train.status == "differ" and report.train.logits_after == "differ"
+    assert set(report.train.differing) == {"model.embed_tokens.weight", "lm_head.weight"}
+    assert report.verdict == "fail" and report.exit_code == 1 and report.agrees
+
+
+def test_independent_head_is_equal_after_one_step():
+    report = gated("gate_state:own_head", (4,), train=True)
+    assert report.static_verdict == "pass" and report.verdict == "pass"
+    assert report.train.status == "equal" and report.train.parameters > 70
+
+
+def test_flag_set_by_an_earlier_layer_differs_on_its_own_rank():
+    # in one process layer 0 raises the flag for layers 4-7; on rank 1 it never runs
+    flagged = gated("gate_state:trace_flag", (4,))
+    assert flagged.bytes.status == "differ" and flagged.exit_code == 1
+    assert flagged.bytes.first_diff["token"] >= 0
+    assert gated("gate_state:trace_flag", (4,), "graph").bytes.status == "equal"
+    assert gated("gate_state:model_flag", (4,)).verdict == "pass"
+
+
+def test_class_counter_that_does_not_restart_differs_under_a_rebuilding_builder():
+    counted = gated("gate_state:class_counter", (4,), stage_builder=BUILDER)
+    assert counted.bytes.status == "differ" and counted.exit_code == 1
+    twin = gated("gate_state:passed_index", (4,), stage_builder=BUILDER)
+    assert twin.bytes.status == "equal" and twin.verdict == "pass"
+
+
+def test_data_dependent_size_crossing_a_cut_is_a_finding():
+    staged = gated("gate_state:nonzero_count", (4,), stage_builder="keep-index")
+    assert staged.bytes.status == "blocked" and staged.exit_code == 1
+    assert staged.bytes.message.startswith("stage 1 raised")
+    graph = gated("gate_state:nonzero_count", (4,), "graph")
+    assert graph.bytes.status == "blocked" and "data-dependent size" in graph.bytes.message
+    assert gated("gate_state:nonzero_local", (4,)).bytes.status == "equal"
+
+
+def test_cli_data_dependent_size_is_one_line_no_traceback(capsys):
+    code, out, err = run(capsys, "gate", spec("gate_state:nonzero_count"), "--cuts", "4",
+                         "--docs", "9,7")  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "stage 1 raised" in err and "--stage-builder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("name", "code"), [("shared_storage", 1), ("own_head", 0)])
+def test_cli_train_exit_status_and_json(capsys, name, code):
+    status, out, _ = run(capsys, "gate", spec(f"gate_state:{name}"), "--cuts", "4", "--train",
+                         "--docs", "20,9", "--format", "json")  # fmt: skip
+    data = json.loads(out)
+    assert status == code and data["run"] == "processes"
+    assert {"bytes", "isolation", "static", "handovers", "agrees", "train"} <= set(data)
+    assert data["train"]["status"] == ("differ" if code else "equal")
+    assert data["bytes"]["status"] == "equal"
+
+
+def test_graph_mode_refuses_train_and_builders():
+    with pytest.raises(UsageError):
+        gate_for("reference:reference").run([4], docs=SMALL, mode="graph", train=True)
 
 
 # --- property-based: random document splits and random cuts ----------------------------
@@ -172,7 +268,7 @@ def test_random_legal_cuts_give_equal_bytes(name, data, docs):
     runner = gate_for(name)
     legal = runner.explorer.map().legal_cuts()
     cuts = sorted(data.draw(st.sets(st.sampled_from(legal), min_size=1, max_size=3)))
-    report = runner.run(cuts, docs=docs)
+    report = runner.run(cuts, docs=docs, mode=mode_of(name))
     assert report.static_verdict == "pass"
     assert report.bytes.status == "equal", report.bytes
     assert report.isolation.holds, report.isolation
@@ -188,7 +284,7 @@ def test_random_legal_cuts_give_equal_bytes(name, data, docs):
 )
 def test_random_illegal_cuts_show_a_difference(case, cut, docs):
     name, how = case
-    report = gate_for(name).run([cut], docs=docs)
+    report = gate_for(name).run([cut], docs=docs, mode=mode_of(name))
     assert report.static_verdict == "fail" and report.bytes.status == how
 
 
