@@ -5,6 +5,18 @@ What it checks
     the max lengths: no input dim became a constant, and export added no guard
     on them (``T % 64 == 0``, ``T >= 17``, a runtime assert).
 
+    Data-dependent sizes are not specialisation. ``torch.where``/``nonzero``
+    (MoE dispatch, ``cu_seqlens`` derived from ``position_ids == 0``) and
+    ``.item()`` create *unbacked* sizes ``u0, u1, ...``, and export asserts their
+    ranges at run time. Such an assert is a finding only when it *relates* an
+    unbacked size to T, N or a max length in a way that can fail for some data at
+    some length (``Eq(u0, T)``, ``u0 >= T``, ``Mod(u0, T)``): the program then holds
+    only for batches that satisfy it, and the finding shows the model line that
+    made the size. Not findings: asserts on unbacked sizes alone (``u0 >= 0``), and
+    upper bounds of an unbacked size by a non-negative combination of the input
+    sizes (``u0 <= 2*T``: a count of selected elements never exceeds the elements it
+    selects from), which hold for every T and every batch.
+
 Why it matters
     A proof about a program specialised to some lengths holds for those
     lengths only; training batches have every length.
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import sympy
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import int_oo
 
 from graphcheck.diagnostics import Diagnostic
@@ -43,13 +56,54 @@ def check(ctx) -> list[Diagnostic]:
             found.append(_diag(problem, node))
     for node in program.graph.nodes:
         if node.op == "call_function" and "_assert_scalar" in str(node.target):
-            found.append(_diag(f"export added a runtime assert on sizes: {node.args[1:2]}", node))
+            problem = _assert_problem(program, node)
+            if problem:
+                found.append(_diag(problem, node))
     return found
 
 
+def _assert_problem(program, node) -> str | None:
+    """Why a runtime assert is a finding, or ``None`` (see the rule's docstring)."""
+    cond = node.args[0] if node.args else None
+    val = cond.meta.get("val") if hasattr(cond, "meta") else None
+    expr = getattr(getattr(val, "node", None), "expr", None)
+    if expr is None:  # not a symbolic condition graphcheck can read: fail closed
+        return f"export added a runtime assert on sizes: {node.args[1:2]}"
+    sizes = {s for s in expr.free_symbols if str(s) in program.exported.symbols}
+    unbacked = free_unbacked_symbols(expr)
+    text = program.readable(expr)
+    if not sizes:
+        return None
+    if not unbacked:
+        return f"export added a runtime assert on sizes: {text}"
+    if _upper_bound(expr, unbacked):
+        return None
+    return (
+        f"export asserts {text}, tying a data-dependent size to the varlen lengths: the "
+        "program holds only for batches that satisfy it (see the source line); compute the "
+        "size so that no relation to T, N or the max lengths has to hold"
+    )
+
+
+def _upper_bound(expr, unbacked) -> bool:
+    """``u <= f(T, N)`` with ``f`` a non-negative combination of sizes (export's own range
+    assert for ``nonzero``/``where``): true for every length and every batch."""
+    if isinstance(expr, (sympy.GreaterThan, sympy.StrictGreaterThan)):
+        small, big = expr.rhs, expr.lhs
+    elif isinstance(expr, (sympy.LessThan, sympy.StrictLessThan)):
+        small, big = expr.lhs, expr.rhs
+    else:
+        return False
+    if small not in unbacked or free_unbacked_symbols(big):
+        return False
+    poly = sympy.Poly(big, *sorted(big.free_symbols, key=str)) if big.free_symbols else None
+    return poly is not None and all(c >= 0 for c in poly.coeffs())
+
+
 def _diag(message: str, node=None) -> Diagnostic:
-    fix = "; the proof would hold for some lengths only (use a shape-generic kernel)"
-    return Diagnostic.at(CODE, NAME, message + fix, node=node)
+    if "tying a data-dependent size" not in message:
+        message += "; the proof would hold for some lengths only (use a shape-generic kernel)"
+    return Diagnostic.at(CODE, NAME, message, node=node)
 
 
 def _specialised(program, name: str, node) -> str | None:
