@@ -25,15 +25,17 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from torch import nn
 
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.dataflow import analyse_cuts
-from graphcheck.equivalence import build_stage, compare_stage
+from graphcheck.equivalence import StageRequest, build_stage, build_stage_fresh, compare_stage
 from graphcheck.errors import AnalysisError, ExportError, UsageError
 from graphcheck.export import export_model
 from graphcheck.fingerprint import glue_labels
+from graphcheck.fresh import run_fresh_many
 from graphcheck.hf import hf_factory, is_hf_spec
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.layout import detect_layout
@@ -166,6 +168,8 @@ class Session:
         self.mode = fake_mode()
         self.strict = strict
         self.settings = dict(settings or {})
+        self.spec = model if isinstance(model, str) else None  # rebuildable in a fresh process
+        self.kernels, self.use_stand_ins = kernels, stand_ins
         self.stand_ins = (
             *(BUILTIN if stand_ins else ()),
             *(load_kernels(kernels) if kernels else ()),
@@ -195,29 +199,88 @@ class Session:
         return analyse(exported, self.layout)
 
     def stage_programs(self, builder, program: Program, ctx: Context):
-        """Build, export and compare every stage of ``ctx.plan``."""
-        name = builder if isinstance(builder, str) else None
-        if isinstance(builder, str):
-            builder = resolve_builder(builder, self.layout)
+        """Build, export and compare every stage of ``ctx.plan``.
+
+        A model given by its spec and a builder given by name are built as ranks build
+        them: each stage in a fresh process (:func:`graphcheck.equivalence.build_stage_fresh`).
+        Otherwise the stages are built in this process (``isolated`` is false)."""
         plan = ctx.plan
-        stages, mismatches = [], []
         widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
         bounds = (0, *plan.cuts, plan.num_layers)
-        for index, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            with patched(self.module, self.stand_ins), _builtin_hint(name, index):
-                stage = build_stage(
-                    self.module, self.layout, builder, self.mode, index, list(range(lo, hi)),
-                    plan, widths[index], self.strict,
-                )  # fmt: skip
-            stages.append(stage)
-            last = index == plan.num_stages - 1
-            glue = glue_labels(program, [n for n in program.interval if ctx.stage_of(n) == index])
-            mismatches += compare_stage(program, stage, last, widths[index + 1], glue)
+        spans = [list(range(lo, hi)) for lo, hi in itertools.pairwise(bounds)]
+        name = builder if isinstance(builder, str) else None
+        if name is not None and name not in BUILTINS and ":" not in name:
+            resolve_builder(name, self.layout)  # the one-line error for an unknown name
+        with _builtin_hint(name):
+            if name is not None and self.spec is not None:
+                stages = self._fresh_stages(name, spans, widths)
+            else:
+                stages = self._local_stages(builder, name, spans, widths)
+        mismatches = []
+        for stage in stages:
+            last = stage.index == plan.num_stages - 1
+            nodes = [n for n in program.interval if ctx.stage_of(n) == stage.index]
+            glue = glue_labels(program, nodes)
+            mismatches += compare_stage(program, stage, last, widths[stage.index + 1], glue)
         return stages, mismatches
+
+    def _fresh_stages(self, builder: str, spans: list[list[int]], widths: list[int]):
+        """Each stage built and exported in its own fresh process."""
+        requests = [
+            StageRequest(
+                _portable(self.spec),
+                _portable(builder),
+                self.layout,
+                index,
+                tuple(layers),
+                len(spans),
+                widths[index],
+                self.strict,
+                tuple(self.settings.items()),
+                str(Path(self.kernels).resolve()) if self.kernels else None,
+                self.use_stand_ins,
+            )
+            for index, layers in enumerate(spans)
+        ]
+        return run_fresh_many(build_stage_fresh, [(r,) for r in requests])
+
+    def _local_stages(self, builder, name: str | None, spans, widths):
+        """Each stage built in this process, after the uncut model (not isolated)."""
+        if isinstance(builder, str):
+            builder = resolve_builder(builder, self.layout)
+        stages = []
+        for index, layers in enumerate(spans):
+            with patched(self.module, self.stand_ins):
+                stages.append(
+                    build_stage(
+                        self.module,
+                        self.layout,
+                        builder,
+                        self.mode,
+                        index,
+                        layers,
+                        len(spans),
+                        widths[index],
+                        self.strict,
+                        name,
+                    )
+                )
+        return stages
+
+
+def _portable(spec: str) -> str:
+    """``spec`` with a file path made absolute, so another process finds it."""
+    if is_hf_spec(spec):
+        rest = spec[len("hf:") :]
+        return f"hf:{Path(rest).resolve()}" if Path(rest).exists() else spec
+    target, sep, name = spec.rpartition(":")
+    if sep and target.endswith(".py") and Path(target).is_file():
+        return f"{Path(target).resolve()}:{name}"
+    return spec
 
 
 @contextlib.contextmanager
-def _builtin_hint(name: str | None, index: int):
+def _builtin_hint(name: str | None):
     """Say what the builtin stage builders expect when a stage fails to export."""
     try:
         yield
@@ -225,7 +288,7 @@ def _builtin_hint(name: str | None, index: int):
         if name not in BUILTINS:
             raise
         raise ExportError(
-            f"stage {index} ({name}): {err}; the builtin stage builders need a pipeline-aware "
+            f"{err}; the builtin stage builders ({name}) need a pipeline-aware "
             "model (a stage sets the modules it does not own to None and takes hidden states "
             "as input_ids): pass --stage-builder file.py:function"
         ) from err
@@ -237,7 +300,8 @@ def _stage_summary(stage) -> dict:
         "layers": stage.layers,
         "renumbered": stage.renumbered,
         "export_seconds": round(stage.seconds, 3),
-        "nodes": len(stage.program.graph.nodes),
+        "nodes": stage.nodes,
+        "isolated": stage.isolated,
     }
 
 

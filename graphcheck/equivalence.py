@@ -6,6 +6,30 @@ program it will actually run with the uncut program: every global layer, the
 embedding on the first stage, the norm and head on the last, the side inputs
 each layer reads, and the hand-off between consecutive stages.
 
+Stages are built as ranks build them. :func:`build_stage_fresh` runs in a fresh
+process (:func:`graphcheck.fresh.run_fresh`): it imports the model code, builds
+the model as its factory does (the model the builder takes), applies the kernel
+stand-ins and the builder, exports the stage and analyses it. No state left by
+building or exporting the uncut model or another stage reaches it: class-level
+counters, caches filled by a first caller and module-level flags set at trace
+time start as a rank finds them. A model given as a Python object cannot be
+rebuilt elsewhere; its stages are built in this process and the report says so
+(``isolated: false``).
+
+What comes back from the fresh process is a :class:`StageProgram`: the stage's
+parts (:class:`graphcheck.fingerprint.Part`, plain data) and what the checks
+read, not the exported program. Shipping the exported program instead
+(``torch.export.save``/``load``) keeps ``nn_module_stack``, ``stack_trace`` and
+the symbol names, but loading costs about 7 ms a node in this process, more
+than exporting the stage; fingerprints cost nothing to load and the child
+analyses its own program with the same passes.
+
+The stage's layer container is found by module identity with the model's
+(builders that keep the layer objects), else by the stage's own
+``get_pp_module_config()``, the model's prefix, a path that ends the same way
+(``inner.model.layers`` for ``model.layers``) or the usual names; edge modules
+and model-level FQNs are mapped through the same change of root.
+
 Parts are compared by a Weisfeiler-Lehman hash (different hashes prove a
 difference) and, when hashes agree, by an exact ``DiGraphMatcher`` isomorphism.
 """
@@ -14,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -21,29 +46,54 @@ import torch.fx
 from networkx.algorithms.isomorphism import DiGraphMatcher
 from torch import nn
 
-from graphcheck.diagnostics import normalize_fqn
-from graphcheck.errors import AnalysisError
+from graphcheck.diagnostics import source_line
+from graphcheck.errors import AnalysisError, GraphcheckError, LayoutError, ModelLoadError
 from graphcheck.export import export_model
-from graphcheck.fingerprint import Part, Provenance, glue_labels, op_label, part_of
-from graphcheck.layout import Layout, _layer_keys
+from graphcheck.fingerprint import (
+    NodeRecord,
+    Part,
+    Provenance,
+    glue_labels,
+    is_identity_view,
+    is_size,
+    op_label,
+    part_of,
+    record,
+)
+from graphcheck.layout import _LAYER_CANDIDATES, Layout, _layer_keys
 from graphcheck.load import default_dtype
 from graphcheck.program import Program, analyse
-from graphcheck.regions import INPUT, OUTPUT, Region
+from graphcheck.regions import GLUE, INPUT, OUTPUT, Region
 
-__all__ = ["StageProgram", "Mismatch", "build_stage", "compare_stage", "same_part"]
+__all__ = [
+    "Mismatch",
+    "StageProgram",
+    "StageRequest",
+    "build_stage",
+    "build_stage_fresh",
+    "compare_stage",
+    "same_part",
+    "stage_layout",
+]
 
 
 @dataclass
 class StageProgram:
-    """One stage module, exported and analysed, with how its layers map to global ones."""
+    """One stage module, exported and analysed, as plain data: how its layers map to
+    global ones and the parts :func:`compare_stage` compares."""
 
     index: int
     layers: list[int]
-    program: Program
     keys: dict[str, int]  # container key -> global layer index
     renumbered: bool
     layer_ids: dict[int, int] = field(default_factory=dict)  # global -> layer_idx attribute
     seconds: float = 0.0
+    nodes: int = 0
+    parts: dict[Region, Part] = field(default_factory=dict)
+    glue: Counter = field(default_factory=Counter)  # model-level op labels
+    glue_nodes: dict[str, NodeRecord] = field(default_factory=dict)  # first node per label
+    outputs: list[tuple[str | None, list[str] | None, NodeRecord]] = field(default_factory=list)
+    isolated: bool = False  # built and exported in a fresh process
 
 
 @dataclass
@@ -53,14 +103,34 @@ class Mismatch:
     ``kind``: ``layer`` (an op differs), ``side-choice`` (a layer reads another side
     input the uncut program also computes), ``side-prelude`` (the stage computes a side
     input the uncut program never does), ``edge`` (embedding / norm+head), ``boundary``
-    (the hand-off between stages), ``missing`` (a layer the stage does not run)."""
+    (the hand-off between stages), ``missing`` (a layer the stage does not run),
+    ``extra`` (a layer the uncut program does not run), ``glue`` (model-level work).
+    ``node`` and ``uncut`` are FX nodes or :class:`NodeRecord` values (both carry
+    ``name`` and ``meta``)."""
 
     kind: str
     stage: int
     layer: int | None
     message: str
-    node: torch.fx.Node | None = None
-    uncut: torch.fx.Node | None = None
+    node: NodeRecord | torch.fx.Node | None = None
+    uncut: NodeRecord | torch.fx.Node | None = None
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """What a fresh process needs to build one stage, as plain data."""
+
+    model: str  # a MODEL spec: file.py:factory, pkg.mod:factory or hf:...
+    builder: str  # a builtin name or file.py:function
+    layout: Layout  # the uncut model's
+    index: int
+    layers: tuple[int, ...]
+    num_stages: int
+    hidden: int  # width of the residual the stage takes (0 on the first stage)
+    strict: bool = False
+    settings: tuple[tuple[str, object], ...] = ()
+    kernels: str | None = None
+    stand_ins: bool = True
 
 
 def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict, bool]:
@@ -73,6 +143,51 @@ def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict
     return {}, True
 
 
+def build_stage_fresh(request: StageRequest) -> StageProgram:
+    """Build, export and summarise one stage from nothing but the model code (run in a
+    fresh process). Anything unexpected becomes a one-line :class:`GraphcheckError`."""
+    try:
+        stage = _build_fresh(request)
+    except GraphcheckError:
+        raise
+    except Exception as err:
+        raise AnalysisError(
+            f"stage {request.index}: building it raised {_one_line(err)}; cannot verify"
+        ) from None
+    stage.isolated = True
+    return stage
+
+
+def _build_fresh(request: StageRequest) -> StageProgram:
+    from graphcheck.hf import hf_factory, is_hf_spec
+    from graphcheck.kernels import BUILTIN, load_kernels, patched
+    from graphcheck.load import build_fake, fake_mode, resolve_factory
+    from graphcheck.stages import resolve_builder
+
+    mode = fake_mode()
+    spec = request.model
+    factory = (
+        hf_factory(spec, dict(request.settings)) if is_hf_spec(spec) else resolve_factory(spec)
+    )
+    model = build_fake(factory, mode)
+    stand_ins = (
+        *(BUILTIN if request.stand_ins else ()),
+        *(load_kernels(request.kernels) if request.kernels else ()),
+    )
+    builder = resolve_builder(request.builder, request.layout)
+    with patched(model, stand_ins):
+        return build_stage(
+            model, request.layout, builder, mode, request.index, list(request.layers),
+            request.num_stages, request.hidden, request.strict, request.builder,
+        )  # fmt: skip
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def build_stage(
     model: nn.Module,
     layout: Layout,
@@ -80,34 +195,136 @@ def build_stage(
     mode,
     index: int,
     layers: list[int],
-    plan,
+    num_stages: int,
     hidden: int,
     strict: bool = False,
+    name: str | None = None,
 ) -> StageProgram:
-    """Build stage ``index`` with ``builder``, export it and analyse it."""
-    num = plan.num_stages
-    with mode, default_dtype(torch.bfloat16):
-        module = builder(model, index, list(layers), num)
-    if not isinstance(module, nn.Module):
-        raise AnalysisError(f"stage builder returned {type(module).__name__} for stage {index}")
-    container = module.get_submodule(layout.layer_prefix)
-    keys, renumbered = _mapping(container, layout.layer_prefix, layers)
-    present = [fqn for fqn in (*layout.input_fqns, *layout.output_fqns) if _has(module, fqn)]
-    stage_layout = Layout(
-        layout.layer_prefix,
-        tuple(f for f in layout.input_fqns if f in present),
-        tuple(f for f in layout.output_fqns if f in present),
-        layout.num_layers,
-        keys,
-        "stage",
-    )
+    """Build stage ``index`` with ``builder``, export it, analyse it and summarise it."""
+    module = _call_builder(builder, model, mode, index, layers, num_stages, name)
+    stage_lay, rename = stage_layout(module, layout, layers, model)
     kind = "input_ids" if index == 0 else "hidden"
-    exported = export_model(module, mode, strict, stage_input=kind, hidden_size=hidden)
-    ids = _layer_ids(container, keys)
-    return StageProgram(
-        index, list(layers), analyse(exported, stage_layout), keys, renumbered, ids,
-        exported.seconds,
+    try:
+        exported = export_model(module, mode, strict, stage_input=kind, hidden_size=hidden)
+        program = analyse(exported, stage_lay)
+    except GraphcheckError as err:
+        raise type(err)(f"stage {index}: {err}") from None
+    container = module.get_submodule(stage_lay.layer_prefix)
+    keys, renumbered = _mapping(container, stage_lay.layer_prefix, layers)
+    stage = StageProgram(
+        index, list(layers), keys, renumbered, _layer_ids(container, keys), exported.seconds,
+        len(program.graph.nodes),
     )  # fmt: skip
+    _summarise(stage, program, rename)
+    return stage
+
+
+def _call_builder(builder, model, mode, index, layers, num_stages, name) -> nn.Module:
+    what = name or getattr(builder, "__qualname__", "the stage builder")
+    try:
+        with mode, default_dtype(torch.bfloat16):
+            module = builder(model, index, list(layers), num_stages)
+    except GraphcheckError as err:
+        raise type(err)(f"stage {index}: {err}") from None
+    except Exception as err:
+        raise ModelLoadError(
+            f"stage builder {what} raised {_one_line(err)} for stage {index} "
+            f"(layers {layers[0] if layers else '-'}-{layers[-1] if layers else '-'}); "
+            "fix the builder"
+        ) from None
+    if not isinstance(module, nn.Module):
+        raise ModelLoadError(
+            f"stage builder {what} returned {type(module).__name__} for stage {index}; "
+            "return an nn.Module"
+        )
+    return module
+
+
+def stage_layout(
+    module: nn.Module, layout: Layout, layers: list[int], model: nn.Module | None = None
+) -> tuple[Layout, Callable[[str], str]]:
+    """The layout of stage ``module`` (its own layer prefix, the edge modules it holds,
+    container keys mapped to global layers) and the map from its model-level FQNs to
+    the uncut model's."""
+    prefix = _find_layers(module, layout, model)
+    uroot, sroot = _roots(layout.layer_prefix, prefix)
+    container = module.get_submodule(prefix)
+    keys, _ = _mapping(container, prefix, layers)
+
+    def present(fqns: tuple[str, ...]) -> tuple[str, ...]:
+        found = (next((c for c in (_moved(f, uroot, sroot), f) if _has(module, c)), None)
+                 for f in fqns)  # fmt: skip
+        return tuple(f for f in found if f is not None)
+
+    stage = Layout(
+        prefix, present(layout.input_fqns), present(layout.output_fqns), layout.num_layers,
+        keys, "stage",
+    )  # fmt: skip
+    return stage, lambda fqn: _moved(fqn, sroot, uroot)
+
+
+def _find_layers(module: nn.Module, layout: Layout, model: nn.Module | None) -> str:
+    """The path of ``module``'s layer container (see the module docstring for the order)."""
+    found = _by_identity(module, model, layout) if model is not None else None
+    declared = getattr(module, "get_pp_module_config", None)
+    try:
+        own = declared().get("layer_prefix") if callable(declared) else None
+    except Exception:
+        own = None
+    names = [p for p, m in module.named_modules() if isinstance(m, nn.ModuleList | nn.ModuleDict)]
+    ending = sorted(
+        (p for p in names if p.endswith("." + layout.layer_prefix)
+         or layout.layer_prefix.endswith("." + p)),
+        key=len,
+    )  # fmt: skip
+    for candidate in (found, own, layout.layer_prefix, *ending, *_LAYER_CANDIDATES):
+        if candidate and _is_container(module, candidate):
+            return candidate
+    raise LayoutError(
+        f"cannot find the layer container of the {type(module).__name__} the stage builder "
+        f"returned (not at {layout.layer_prefix!r}); give the stage module a "
+        "get_pp_module_config() naming its layer_prefix"
+    )
+
+
+def _by_identity(module: nn.Module, model: nn.Module, layout: Layout) -> str | None:
+    try:
+        container = model.get_submodule(layout.layer_prefix)
+    except AttributeError:
+        return None
+    layers = {id(m) for m in container.children()}
+    for path, sub in module.named_modules():
+        if sub is container:
+            return path
+        if isinstance(sub, nn.ModuleList | nn.ModuleDict) and any(
+            id(m) in layers for m in sub.children()
+        ):
+            return path
+    return None
+
+
+def _is_container(module: nn.Module, fqn: str) -> bool:
+    try:
+        return isinstance(module.get_submodule(fqn), nn.ModuleList | nn.ModuleDict)
+    except AttributeError:
+        return False
+
+
+def _roots(uncut: str, stage: str) -> tuple[str, str]:
+    """The differing heads of two layer prefixes (``model.layers``, ``inner.model.layers``
+    -> ``("", "inner")``)."""
+    u, s = uncut.split("."), stage.split(".")
+    while u and s and u[-1] == s[-1]:
+        u, s = u[:-1], s[:-1]
+    return ".".join(u), ".".join(s)
+
+
+def _moved(fqn: str, old: str, new: str) -> str:
+    """``fqn`` under root ``old`` moved to root ``new``; unchanged if not under ``old``."""
+    if old and not fqn.startswith(old + "."):
+        return fqn
+    rest = fqn[len(old) + 1 :] if old else fqn
+    return f"{new}.{rest}" if new else rest
 
 
 def _has(module: nn.Module, fqn: str) -> bool:
@@ -129,6 +346,28 @@ def _layer_ids(container: nn.Module, keys: dict[str, int]) -> dict[int, int]:
     return ids
 
 
+def _summarise(stage: StageProgram, program: Program, rename: Callable[[str], str]) -> None:
+    """Fill ``stage`` with the parts and facts :func:`compare_stage` reads."""
+    provenance = Provenance(program, rename)
+    for region in (*(Region("layer", g) for g in stage.layers), INPUT, OUTPUT):
+        stage.parts[region] = part_of(program, region, provenance)
+    stage.glue = glue_labels(program, program.graph.nodes)
+    for node in program.graph.nodes:
+        if (
+            program.region.get(node) == GLUE
+            and node in program.interval
+            and node.op == "call_function"
+            and not is_size(node)
+            and not is_identity_view(node)
+        ):
+            stage.glue_nodes.setdefault(op_label(program, node), record(program, node))
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    values = [a for a in output.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+    stage.outputs = [(program.dtype(v), program.shape(v), record(program, v)) for v in values]
+    if not values:
+        stage.outputs = [(None, None, record(program, output))]
+
+
 def same_part(a: Part, b: Part) -> bool:
     """Exact equality of two parts: WL hashes as a filter, then an isomorphism."""
     if len(a.graph) != len(b.graph) or a.hash != b.hash:
@@ -142,13 +381,16 @@ def same_part(a: Part, b: Part) -> bool:
     return matcher.is_isomorphic()
 
 
-class _Side:
-    """Provenance hashes of one program, and the set of side inputs it computes."""
+class _Uncut:
+    """The uncut program's parts and the set of side inputs it computes."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
         self.provenance = Provenance(program)
         self._all: set[str] | None = None
+
+    def part(self, region: Region) -> Part:
+        return part_of(self.program, region, self.provenance)
 
     @property
     def all(self) -> set[str]:
@@ -165,28 +407,19 @@ def compare_stage(
 
     ``glue`` holds the labels of the model-level ops the plan runs on this stage in
     the uncut program; the stage program must run exactly those outside its layers."""
-    u, s = _Side(uncut), _Side(stage.program)
-    ukeys = {g: k for k, g in uncut.layout.layer_keys.items()}
-    skeys = {g: k for k, g in stage.keys.items()}
-    prefix = uncut.layout.layer_prefix
+    u = _Uncut(uncut)
+    present = set(uncut.layout.layer_keys.values())
     found = []
     for g in stage.layers:
-        if g not in ukeys:
-            found += _extra_layer(stage, g)
+        sp = stage.parts.get(Region("layer", g))
+        if g not in present:
+            found += _extra_layer(stage, g, sp)
             continue
-        up = part_of(uncut, Region("layer", g), u.provenance, f"{prefix}.{ukeys[g]}.")
-        sp = part_of(stage.program, Region("layer", g), s.provenance, f"{prefix}.{skeys.get(g)}.")
-        found += _compare(up, sp, u, s, stage.index, g)
+        found += _compare(u.part(Region("layer", g)), sp, u, stage.index, g)
     if stage.index == 0:
-        found += _compare(
-            part_of(uncut, INPUT, u.provenance), part_of(stage.program, INPUT, s.provenance),
-            u, s, stage.index, None,
-        )  # fmt: skip
+        found += _compare(u.part(INPUT), stage.parts[INPUT], u, stage.index, None)
     if last:
-        found += _compare(
-            part_of(uncut, OUTPUT, u.provenance), part_of(stage.program, OUTPUT, s.provenance),
-            u, s, stage.index, None,
-        )  # fmt: skip
+        found += _compare(u.part(OUTPUT), stage.parts[OUTPUT], u, stage.index, None)
     else:
         found += _boundary(stage, hidden)
     if glue is not None:
@@ -194,24 +427,21 @@ def compare_stage(
     return found
 
 
-def _extra_layer(stage: StageProgram, g: int) -> list[Mismatch]:
-    ops = [n for n, r in stage.program.region.items() if r == Region("layer", g)]
-    if not ops:
+def _extra_layer(stage: StageProgram, g: int, part: Part | None) -> list[Mismatch]:
+    if part is None or not part.ops:
         return []
     message = f"stage {stage.index} runs global layer {g}, which the uncut program does not run"
-    return [Mismatch("extra", stage.index, g, message, ops[0])]
+    return [Mismatch("extra", stage.index, g, message, part.ops[0])]
 
 
 def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
     """Model-level ops (outside every module) the stage adds to or drops from the uncut
     program's share of this stage."""
-    program = stage.program
-    got = glue_labels(program, program.graph.nodes)
-    added, dropped = got - expected, expected - got
+    added, dropped = stage.glue - expected, expected - stage.glue
     if not added and not dropped:
         return []
     label = next(iter(added or dropped))
-    node = next((n for n in program.interval if added and op_label(program, n) == label), None)
+    node = stage.glue_nodes.get(label) if added else None
     what = "adds" if added else "drops"
     message = (
         f"stage {stage.index} {what} model-level work outside its modules: `{label}` "
@@ -221,7 +451,7 @@ def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
     return [Mismatch("glue", stage.index, None, message, node)]
 
 
-def _compare(up: Part, sp: Part, u: _Side, s: _Side, index: int, layer) -> list[Mismatch]:
+def _compare(up: Part, sp: Part, u: _Uncut, index: int, layer) -> list[Mismatch]:
     if same_part(up, sp):
         return []
     what = f"global layer {layer}" if layer is not None else _edge_name(up)
@@ -229,84 +459,53 @@ def _compare(up: Part, sp: Part, u: _Side, s: _Side, index: int, layer) -> list[
         return [Mismatch("missing", index, layer, f"stage {index} does not run {what}")]
     kind = "layer" if layer is not None else "edge"
     if up.labels() != sp.labels():
-        return [_op_difference(up, sp, u, s, index, layer, what, kind)]
-    return [_external_difference(up, sp, u, s, index, layer, what, kind)]
+        return [_op_difference(up, sp, index, layer, what, kind)]
+    return [_external_difference(up, sp, u, index, layer, what, kind)]
 
 
 def _edge_name(part: Part) -> str:
     return "the input modules" if part.region == INPUT else "the output modules"
 
 
-def _op_difference(up, sp, u, s, index, layer, what, kind) -> Mismatch:
+def _op_difference(up: Part, sp: Part, index, layer, what, kind) -> Mismatch:
     matcher = difflib.SequenceMatcher(a=up.labels(), b=sp.labels(), autojunk=False)
     tag, i1, _, j1, _ = next(op for op in matcher.get_opcodes() if op[0] != "equal")
     unode = up.ops[i1] if i1 < len(up.ops) else None
     snode = sp.ops[j1] if j1 < len(sp.ops) else None
-    umod, smod = _within(u.program, unode), _within(s.program, snode)
-    if tag == "replace" and unode.target == snode.target and umod == smod:
-        detail = _arg_difference(u.program, s.program, unode, snode)
+    umod = unode.within if unode else None
+    smod = snode.within if snode else None
+    if tag == "replace" and unode.op == snode.op and umod == smod:
+        detail = _arg_difference(unode, snode)
     elif umod != smod and unode is not None and snode is not None:
         detail = f"uncut program runs `{umod}`; this stage's program runs `{smod}`"
     elif len(up.ops) == len(sp.ops):
-        ucall, scall = _call(u.program, unode), _call(s.program, snode)
-        detail = f"uncut program {ucall}; this stage's program {scall}"
+        detail = f"uncut program {_call(unode)}; this stage's program {_call(snode)}"
     else:
         detail = (
             f"uncut program has {len(up.ops)} ops, stage {index} program {len(sp.ops)}; "
-            f"first divergence: uncut {_call(u.program, unode)}, stage {_call(s.program, snode)}"
+            f"first divergence: uncut {_call(unode)}, stage {_call(snode)}"
         )
     return Mismatch(kind, index, layer, f"{what}: {detail}", snode, unode)
 
 
-def _within(program: Program, node) -> str | None:
-    """Module path of ``node`` inside its layer, with the module's class (``self_attn.q_proj``)."""
-    if node is None:
-        return None
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    path, cls = stack[-1] if stack else ("", "")
-    path = normalize_fqn(path) or ""
-    region = program.region.get(node)
-    keys = {g: k for k, g in program.layout.layer_keys.items()}
-    if region is not None and region.kind == "layer":
-        path = path.removeprefix(f"{program.layout.layer_prefix}.{keys.get(region.layer)}.")
-    name = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else getattr(cls, "__name__", "")
-    return f"{path} ({name})" if name else path
+def _call(node: NodeRecord | None) -> str:
+    return f"calls `{node.op}`" if node is not None else "has no more ops"
 
 
-def _call(program: Program, node) -> str:
-    from graphcheck.ops import op_name
-
-    return f"calls `{op_name(node.target)}`" if node is not None else "has no more ops"
-
-
-def _arg_difference(uprog: Program, sprog: Program, unode, snode) -> str:
-    from graphcheck.fingerprint import canonical, value_label
-    from graphcheck.ops import op_name
-
-    schema = getattr(unode.target, "_schema", None)
-    names = [a.name for a in schema.arguments] if schema else []
-    diffs = []
-    for i, (a, b) in enumerate(zip(unode.args, snode.args, strict=False)):
-        ca, cb = canonical(a, uprog.readable), canonical(b, sprog.readable)
-        if ca != cb:
-            diffs.append((names[i] if i < len(names) else f"arg{i}", ca, cb))
-    for key in sorted(set(unode.kwargs) | set(snode.kwargs)):
-        ca = canonical(unode.kwargs.get(key), uprog.readable)
-        cb = canonical(snode.kwargs.get(key), sprog.readable)
-        if ca != cb:
-            diffs.append((key, ca, cb))
+def _arg_difference(unode: NodeRecord, snode: NodeRecord) -> str:
+    ua, sa = dict(unode.args), dict(snode.args)
+    diffs = [(k, ua.get(k), sa.get(k)) for k in dict.fromkeys([*ua, *sa]) if ua.get(k) != sa.get(k)]
     if not diffs:
-        ua, sa = value_label(uprog, unode), value_label(sprog, snode)
-        diffs.append(("result", ua, sa))
-    name = op_name(unode.target)
-    ua = ", ".join(f"{k}={a}" for k, a, _ in diffs)
-    sa = ", ".join(f"{k}={b}" for k, _, b in diffs)
-    return f"uncut program calls `{name}({ua})`; this stage's program calls `{name}({sa})`"
+        diffs.append(("result", unode.value, snode.value))
+    ustr = ", ".join(f"{k}={a}" for k, a, _ in diffs)
+    sstr = ", ".join(f"{k}={b}" for k, _, b in diffs)
+    name = unode.op
+    return f"uncut program calls `{name}({ustr})`; this stage's program calls `{name}({sstr})`"
 
 
-def _external_difference(up, sp, u, s, index, layer, what, kind) -> Mismatch:
-    ulabels = {up.graph.nodes[k]["label"]: n for k, n in up.externals.items()}
-    slabels = {sp.graph.nodes[k]["label"]: n for k, n in sp.externals.items()}
+def _external_difference(up: Part, sp: Part, u: _Uncut, index, layer, what, kind) -> Mismatch:
+    ulabels = {n.label: n for n in up.externals.values()}
+    slabels = {n.label: n for n in sp.externals.values()}
     extra = [label for label in slabels if label not in ulabels]
     gone = [label for label in ulabels if label not in slabels]
     if not extra:
@@ -314,32 +513,26 @@ def _external_difference(up, sp, u, s, index, layer, what, kind) -> Mismatch:
     snode, unode = slabels[extra[0]], ulabels[gone[0]] if gone else None
     if extra[0].startswith("side:"):
         kind = "side-choice" if extra[0][5:] in u.all else "side-prelude"
-    read = _describe(s.program, snode)
-    instead = f" where the uncut program reads {_describe(u.program, unode)}" if unode else ""
+    read = _describe(snode)
+    instead = f" where the uncut program reads {_describe(unode)}" if unode else ""
     return Mismatch(kind, index, layer, f"{what} reads {read}{instead}", snode, unode)
 
 
-def _describe(program: Program, node: torch.fx.Node) -> str:
-    from graphcheck.diagnostics import source_line
-
+def _describe(node: NodeRecord) -> str:
     where = source_line(node)
-    return f"`{node.name}` ({program.label(node)}{'; ' + where if where else ''})"
+    return f"`{node.name}` ({node.place}{'; ' + where if where else ''})"
 
 
 def _boundary(stage: StageProgram, hidden: int) -> list[Mismatch]:
     """A non-last stage must return the bf16 ``[1, T, H]`` the next stage takes as ``x``."""
-    program = stage.program
-    output = next(n for n in program.graph.nodes if n.op == "output")
-    values = [a for a in output.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     want = ["1", "T", str(hidden)]
-    if len(values) == 1 and (program.dtype(values[0]), program.shape(values[0])) == (
-        "bfloat16",
-        want,
-    ):
+    values = [(d, s, n) for d, s, n in stage.outputs if d is not None]
+    if len(values) == 1 and (values[0][0], values[0][1]) == ("bfloat16", want):
         return []
-    got = ", ".join(f"{program.dtype(v)}{program.shape(v)}" for v in values) or "nothing"
+    got = ", ".join(f"{d}{s}" for d, s, _ in values) or "nothing"
     message = (
         f"stage {stage.index} returns {got}, but stage {stage.index + 1} takes "
         f"x = bfloat16{want}; return the bf16 residual stream"
     )
-    return [Mismatch("boundary", stage.index, None, message, values[0] if values else output)]
+    node = values[0][2] if values else stage.outputs[0][2] if stage.outputs else None
+    return [Mismatch("boundary", stage.index, None, message, node)]

@@ -6,12 +6,18 @@ the output modules) as a labelled ``networkx.DiGraph``:
 * each op is a node labelled with its target, its non-tensor arguments (window
   sizes, scales, eps, ``is_causal``), and its result's dtype and symbolic shape
   (symbols by name: ``T``, ``N+1``);
-* each value the part reads from outside is a node too: a parameter by its FQN
-  relative to the layer, the incoming activation by dtype and shape, and every
+* each value the part reads from outside is a node too: a parameter or buffer by
+  its FQN relative to the layer that owns it (``self_attn.q_proj.weight``; another
+  layer's by global index, ``layer 3/rope.inv_freq``; a model-level one by its FQN
+  in the uncut model's namespace, so a stage module that wraps the model compares
+  equal), the incoming activation by dtype and shape, and every
   side input (mask, rotary table, varlen metadata) by its *provenance*: a hash
   of how the prelude computed it from the inputs, so a sliding-window layer
   and a full layer that differ only in the mask they read are told apart;
 * edges carry the argument positions.
+
+Parts hold :class:`NodeRecord` values, not FX nodes: plain data that pickles, so a
+stage exported in a fresh process (:mod:`graphcheck.fresh`) sends its parts back.
 
 >>> canonical([1.0, None, (2, "a")])
 '[1.0, None, [2, a]]'
@@ -23,6 +29,7 @@ import hashlib
 import operator
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -30,18 +37,25 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
+from graphcheck.diagnostics import normalize_fqn
 from graphcheck.ops import is_view_node, op_name
 from graphcheck.program import Program
 from graphcheck.regions import GLUE, Region
 
 __all__ = [
+    "NodeRecord",
     "Part",
-    "part_of",
-    "canonical",
     "Provenance",
+    "canonical",
+    "external_label",
     "glue_labels",
-    "is_size",
     "is_identity_view",
+    "is_size",
+    "op_label",
+    "part_of",
+    "record",
+    "value_label",
+    "within",
 ]
 
 
@@ -78,11 +92,26 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 
 class Provenance:
-    """How a side input was computed: a hash over its ancestry, by labels only."""
+    """How a side input was computed: a hash over its ancestry, by labels only.
 
-    def __init__(self, program: Program) -> None:
+    ``rename`` maps a model-level FQN of this program to the uncut model's namespace
+    (a stage module that wraps the model holds ``inner.model.inv_freq``)."""
+
+    def __init__(self, program: Program, rename: Callable[[str], str] | None = None) -> None:
         self.program = program
+        self.rename = rename or (lambda fqn: fqn)
         self.memo: dict[torch.fx.Node, str] = {}
+
+    def fqn(self, fqn: str, layer: int | None = None) -> str:
+        """``fqn`` as compared across programs: relative to its layer when ``layer`` owns
+        it, by global layer index when another layer does, else renamed."""
+        layout = self.program.layout
+        owner = layout.layer_of(fqn)
+        if owner is None:
+            return self.rename(fqn)
+        key = fqn[len(layout.layer_prefix) + 1 :].split(".", 1)
+        rest = key[1] if len(key) > 1 else ""
+        return rest if owner == layer else f"layer {owner}/{rest}"
 
     def __call__(self, node: torch.fx.Node) -> str:
         if node not in self.memo:
@@ -94,7 +123,8 @@ class Provenance:
         if isinstance(node.meta.get("val"), _SYMBOLIC):
             text = f"size:{value_label(program, node)}"  # sizes compare by expression
         elif node.op == "placeholder":
-            source = program.owner.get(node) or self._input_name(node)
+            owned = program.owner.get(node)
+            source = self.fqn(owned) if owned else self._input_name(node)
             text = f"{program.region[node].kind}:{source}:{value_label(program, node)}"
         else:
             parents = [self(a) for a in node.all_input_nodes]
@@ -106,14 +136,75 @@ class Provenance:
         return names.get(node, node.name)
 
 
+@dataclass(frozen=True)
+class NodeRecord:
+    """What a comparison reports about one node, as plain data.
+
+    ``meta`` keeps the node's ``nn_module_stack`` and ``stack_trace``, so a
+    diagnostic can be located at a record as at an FX node."""
+
+    name: str
+    op: str  # op name, ``torch_attn._varlen_attn.default``
+    label: str  # :func:`op_label`, or the external label of a value read
+    value: str  # :func:`value_label`
+    args: tuple[tuple[str, str], ...]  # (argument name, canonical text)
+    within: str | None  # module path inside its layer, with the class
+    place: str  # :meth:`Program.label`
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+def record(program: Program, node: torch.fx.Node, label: str | None = None) -> NodeRecord:
+    """The :class:`NodeRecord` of ``node``."""
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema else []
+    args = tuple(
+        (names[i] if i < len(names) else f"arg{i}", canonical(a, program.readable))
+        for i, a in enumerate(node.args)
+    ) + tuple((k, canonical(v, program.readable)) for k, v in sorted(node.kwargs.items()))
+    stack = node.meta.get("nn_module_stack") or {}
+    meta = {
+        "nn_module_stack": {k: (str(p), _class_name(c)) for k, (p, c) in stack.items()},
+        "stack_trace": node.meta.get("stack_trace"),
+    }
+    call = node.op == "call_function"
+    return NodeRecord(
+        node.name,
+        op_name(node.target) if call else node.op,
+        label if label is not None else op_label(program, node) if call else node.name,
+        value_label(program, node),
+        args if call else (),
+        within(program, node),
+        program.label(node),
+        meta,
+    )
+
+
+def _class_name(cls) -> str:
+    return cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def within(program: Program, node: torch.fx.Node) -> str | None:
+    """Module path of ``node`` inside its layer, with the module's class
+    (``self_attn.q_proj (Linear)``)."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path, cls = stack[-1] if stack else ("", "")
+    path = normalize_fqn(path) or ""
+    region = program.region.get(node)
+    keys = {g: k for k, g in program.layout.layer_keys.items()}
+    if region is not None and region.kind == "layer":
+        path = path.removeprefix(f"{program.layout.layer_prefix}.{keys.get(region.layer)}.")
+    name = _class_name(cls).rsplit(".", 1)[-1] if cls else ""
+    return f"{path} ({name})" if name else path
+
+
 @dataclass
 class Part:
-    """One region of a program as a labelled graph."""
+    """One region of a program as a labelled graph, its ops and the values it reads."""
 
     region: Region
     graph: nx.DiGraph
-    ops: list[torch.fx.Node] = field(default_factory=list)
-    externals: dict[str, torch.fx.Node] = field(default_factory=dict)
+    ops: list[NodeRecord] = field(default_factory=list)
+    externals: dict[str, NodeRecord] = field(default_factory=dict)
 
     @property
     def hash(self) -> str:
@@ -122,11 +213,12 @@ class Part:
             return nx.weisfeiler_lehman_graph_hash(self.graph, node_attr="label", edge_attr="pos")
 
     def labels(self) -> list[str]:
-        return [self.graph.nodes[n.name]["label"] for n in self.ops]
+        return [n.label for n in self.ops]
 
 
-def part_of(program: Program, region: Region, provenance: Provenance, prefix: str = "") -> Part:
-    """The part of ``program`` in ``region``; parameters named relative to ``prefix``.
+def part_of(program: Program, region: Region, provenance: Provenance) -> Part:
+    """The part of ``program`` in ``region``; parameters and buffers named relative to
+    the layer (:meth:`Provenance.fqn`).
 
     Sizes (SymInt arithmetic) are not ops of a part: they are recomputable metadata,
     read as ``size:<expr>`` wherever they were computed. Views that change nothing
@@ -137,18 +229,18 @@ def part_of(program: Program, region: Region, provenance: Provenance, prefix: st
             continue
         if is_size(node) or is_identity_view(node):
             continue
-        part.ops.append(node)
-        part.graph.add_node(node.name, label=op_label(program, node))
+        part.ops.append(record(program, node))
+        part.graph.add_node(node.name, label=part.ops[-1].label)
         flat, _ = tree_flatten((node.args, node.kwargs))
         for pos, arg in enumerate(flat):
             if isinstance(arg, torch.fx.Node):
-                _add_edge(program, part, _through(arg), node, pos, provenance, prefix)
+                _add_edge(program, part, _through(arg), node, pos, provenance)
     return part
 
 
-def _add_edge(program, part: Part, arg, node, pos: int, provenance, prefix: str) -> None:
+def _add_edge(program, part: Part, arg, node, pos: int, provenance) -> None:
     internal = program.region.get(arg) == part.region and not is_size(arg)
-    source = arg.name if internal else _external(program, part, arg, provenance, prefix)
+    source = arg.name if internal else _external(program, part, arg, provenance)
     old = (
         part.graph.edges[source, node.name]["pos"] if part.graph.has_edge(source, node.name) else ""
     )
@@ -192,19 +284,22 @@ def _through(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
-def _external(program, part: Part, node, provenance: Provenance, prefix: str) -> str:
+def _external(program, part: Part, node, provenance: Provenance) -> str:
     key = f"ext:{node.name}"
     if key not in part.graph:
-        part.externals[key] = node
-        part.graph.add_node(key, label=external_label(program, node, provenance, prefix))
+        label = external_label(program, node, provenance, part.region.layer)
+        part.externals[key] = record(program, node, label)
+        part.graph.add_node(key, label=label)
     return key
 
 
-def external_label(program: Program, node, provenance: Provenance, prefix: str) -> str:
+def external_label(program: Program, node, provenance: Provenance, layer: int | None) -> str:
+    """The label of a value ``node`` read by a part of ``layer`` (``None``: not a layer)."""
     region = program.region.get(node)
-    if region is not None and region.kind == "parameter":
-        fqn = program.owner.get(node, node.name).removeprefix(prefix)
-        return f"param:{fqn}:{value_label(program, node)}"
+    fqn = program.owner.get(node)
+    if region is not None and region.kind in ("parameter", "buffer") and fqn:
+        kind = "param" if region.kind == "parameter" else "buffer"
+        return f"{kind}:{provenance.fqn(fqn, layer)}:{value_label(program, node)}"
     if program.role.get(node) == "activation":
         return f"activation:{value_label(program, node)}"
     return f"side:{provenance(node)}"
