@@ -219,7 +219,7 @@ def test_class_counter_that_does_not_restart_differs_under_a_rebuilding_builder(
 
 
 def test_data_dependent_size_crossing_a_cut_is_a_finding():
-    with pytest.raises(GateError, match="^stage 1 raised TypeError"):
+    with pytest.raises(GateError, match=r"^stage 1 raised TypeError"):
         gated("gate_state:nonzero_count", (4,))  # no stage builder given: exit 2
     graph = gated("gate_state:nonzero_count", (4,), "graph")
     assert graph.bytes.status == "blocked" and "data-dependent size" in graph.bytes.message
