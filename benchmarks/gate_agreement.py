@@ -5,8 +5,11 @@ that exports (and, with ``--hf``, every tiny transformers family) and every cut
 0..L as the only cut, run ``graphcheck gate`` and print one Markdown row per run
 of consecutive cuts with the same outcome: static verdict and codes, staged
 bytes against the uncut model, document isolation. A few extra rows run a
-stage builder or a short batch. The script fails (exit 1) on any cell where
-the proof says PASS and the bytes differ.
+stage builder or a short batch. Each run is the default gate (the uncut model
+and every stage in a fresh process); a fixture whose stages the default
+builder cannot run (not pipeline-aware) falls back to the in-process
+partitioned graph, marked ``(graph)``. The script fails (exit 1) on any cell
+where the proof says PASS and the bytes differ.
 
     .venv/bin/python benchmarks/gate_agreement.py [--hf] [fixture ...]
 
@@ -23,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphcheck.byte_gate import Gate
+from graphcheck.byte_gate import Gate, GateError
 from graphcheck.gate_report import GateReport
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,18 +107,28 @@ def ranges(cuts: list[int]) -> str:
     return ", ".join(parts)
 
 
+def run_one(gate: Gate, cuts: list[int], options: dict) -> GateReport:
+    """The default gate; the in-process graph when the default builder cannot run."""
+    try:
+        return gate.run(cuts, **options)
+    except GateError:
+        if "stage_builder" in options:
+            raise
+        return gate.run(cuts, mode="graph", **options)
+
+
 def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], int]:
     """One row per outcome (static verdict, bytes status, isolation status)."""
     groups: dict[tuple, list[tuple[int, GateReport]]] = {}
     disagreements = 0
     for cuts in plans:
-        report = gate.run(cuts, **options)
+        report = run_one(gate, cuts, options)
         disagreements += not report.agrees
-        key = (static_cell(report), report.bytes.status, report.isolation.status)
+        key = (static_cell(report), report.bytes.status, report.isolation.status, report.mode)
         groups.setdefault(key, []).append((cuts[0], report))
     rows = []
-    for (static, _, _), reports in groups.items():
-        cuts = ranges(sorted(c for c, _ in reports))
+    for (static, _, _, mode), reports in groups.items():
+        cuts = ranges(sorted(c for c, _ in reports)) + (" (graph)" if mode == "graph" else "")
         cells = (label, cuts, static, bytes_cell(reports), isolation_cell(reports))
         rows.append("| " + " | ".join(cells) + " |")
     return rows, disagreements
