@@ -37,6 +37,7 @@ difference) and, when hashes agree, by an exact ``DiGraphMatcher`` isomorphism.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -244,23 +245,28 @@ def stage_layout(
     module: nn.Module, layout: Layout, layers: list[int], model: nn.Module | None = None
 ) -> tuple[Layout, Callable[[str], str]]:
     """The layout of stage ``module`` (its own layer prefix, the edge modules it holds,
-    container keys mapped to global layers) and the map from its model-level FQNs to
-    the uncut model's."""
+    container keys mapped to global layers) and the map from its FQNs to the uncut
+    model's (``inner.model.norm.weight`` -> ``model.norm.weight``)."""
     prefix = _find_layers(module, layout, model)
     uroot, sroot = _roots(layout.layer_prefix, prefix)
-    container = module.get_submodule(prefix)
-    keys, _ = _mapping(container, prefix, layers)
+    moved = {prefix: layout.layer_prefix}  # stage FQN -> uncut FQN
+    edges: tuple[list[str], list[str]] = ([], [])
+    for fqns, found in zip((layout.input_fqns, layout.output_fqns), edges, strict=True):
+        for fqn in fqns:
+            at = next((c for c in (_moved(fqn, uroot, sroot), fqn) if _has(module, c)), None)
+            if at is not None:
+                found.append(at)
+                moved[at] = fqn
+    keys, _ = _mapping(module.get_submodule(prefix), prefix, layers)
+    stage = Layout(prefix, tuple(edges[0]), tuple(edges[1]), layout.num_layers, keys, "stage")
+    return stage, functools.partial(_rename, moved, sroot, uroot)
 
-    def present(fqns: tuple[str, ...]) -> tuple[str, ...]:
-        found = (next((c for c in (_moved(f, uroot, sroot), f) if _has(module, c)), None)
-                 for f in fqns)  # fmt: skip
-        return tuple(f for f in found if f is not None)
 
-    stage = Layout(
-        prefix, present(layout.input_fqns), present(layout.output_fqns), layout.num_layers,
-        keys, "stage",
-    )  # fmt: skip
-    return stage, lambda fqn: _moved(fqn, sroot, uroot)
+def _rename(moved: dict[str, str], sroot: str, uroot: str, fqn: str) -> str:
+    for at, fqn_uncut in sorted(moved.items(), key=lambda kv: -len(kv[0])):
+        if fqn == at or fqn.startswith(at + "."):
+            return fqn_uncut + fqn[len(at) :]
+    return _moved(fqn, sroot, uroot)
 
 
 def _find_layers(module: nn.Module, layout: Layout, model: nn.Module | None) -> str:
