@@ -18,6 +18,7 @@ from graphcheck.layout import Layout
 from graphcheck.passes.assign_regions_pass import AssignRegionsPass
 from graphcheck.passes.link_mutations_pass import LinkMutationsPass
 from graphcheck.passes.place_nodes_pass import PlaceNodesPass
+from graphcheck.passes.propagate_locality_pass import PropagateLocalityPass
 from graphcheck.passes.propagate_taint_pass import PropagateTaintPass
 from graphcheck.regions import Region
 
@@ -36,6 +37,8 @@ class Program:
     user_inputs: dict[str, torch.fx.Node]
     misplaced: list[tuple[torch.fx.Node, int, int]] = field(default_factory=list)
     backward: list[tuple[torch.fx.Node, torch.fx.Node]] = field(default_factory=list)
+    leaks: dict[torch.fx.Node, str] = field(default_factory=dict)  # GC401 origins -> reason
+    fabricated: dict[torch.fx.Node, str] = field(default_factory=dict)  # GC402 origins
     # in-place writes (see passes/link_mutations_pass.py): extra write -> read edges,
     # every write with the storage root it writes, and state carried to the next step
     mutation_inputs: dict[torch.fx.Node, list[torch.fx.Node]] = field(default_factory=dict)
@@ -134,6 +137,9 @@ def analyse(exported: Exported, layout: Layout) -> Program:
     user = dict(zip(exported.program.graph_signature.user_inputs, exported.inputs, strict=False))
     taint = PropagateTaintPass(regions.region, user)
     taint.run(graph)
+    tokens = {sym for sym, name in exported.symbols.items() if name == "T"}
+    locality = PropagateLocalityPass(exported.program.graph_module, user, tokens)
+    locality.run(graph)
     mutations = LinkMutationsPass(regions.region, taint.role)
     mutations.run(graph)
     place = PlaceNodesPass(regions.region, taint.role, layout.num_layers, mutations.inputs)
@@ -153,6 +159,8 @@ def analyse(exported: Exported, layout: Layout) -> Program:
         mutation_inputs=mutations.mutation_inputs,
         writes=mutations.writes,
         persisted=mutations.persisted,
+        leaks=locality.leaks,
+        fabricated=locality.fabricated,
     )
     _check_layers_seen(program)
     return program

@@ -1,73 +1,48 @@
 """GC402 positions-fabricated
 
 What it checks
-    Positions and masks come from the ``position_ids`` / ``cu_seq_lens``
-    inputs, not from the packed length T: no index ramp (``arange(T)``, a
-    table sliced to its first T rows) that lacks the document metadata
-    reaches an activation or an attention op's mask, directly or through a
-    learned position table.
+    Positions come from ``position_ids``, document structure from
+    ``cu_seq_lens``: no absolute token or document index reaches the model's
+    values as data. Absolute indices are an ``arange`` over the packed length
+    T, a prefix count over T (``ones(T).cumsum(0)``), the packed length itself,
+    ``cu_seq_lens`` offsets and document ids. They may only be index
+    bookkeeping (a permutation and its inverse, a selection) or be compared
+    across two tokens, which is translation invariant (a causal mask
+    ``i >= j``, a document mask ``doc[i] == doc[j]``).
 
 Why it matters
     In a packed batch, token ``t`` of the row is not at position ``t`` of its
-    document. Rotary tables or masks built from ``arange(T)`` give every
+    document. Rotary tables or learned positions from ``arange(T)`` give every
     document after the first the wrong positions: the trainer computes other
     bytes than the sampler, which sees each document from position 0.
 
 Example
     ``cos, sin = rope(torch.arange(input_ids.shape[1]))`` with
-    ``position_ids`` unused.
+    ``position_ids`` unused; ``pos_embed(torch.arange(T))``;
+    ``torch.arange(T) + offset``.
 
 Fix
-    Build rotary tables from ``position_ids`` and masks from ``position_ids``
-    or ``cu_seq_lens``.
+    Build rotary tables and learned positions from ``position_ids``; build
+    masks by comparing positions or document ids of the two tokens.
 """
 
 from __future__ import annotations
 
-import torch
-
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.ops import index_operands
-from graphcheck.taint import ARANGE, DOCS
 
 CODE = "GC402"
 NAME = "positions-fabricated"
-SUMMARY = "positions or masks derived from T instead of position_ids"
+SUMMARY = "an absolute token index reaches values instead of position_ids"
 
 
 def check(ctx) -> list[Diagnostic]:
     program = ctx.program
-    found, seen = [], set()
-    for node in program.graph.nodes:
-        if program.role.get(node) != "activation" or _integer(node):
-            continue  # integer results are index bookkeeping (a permutation), not positions
-        rows = index_operands(node)
-        for arg in node.all_input_nodes:
-            if arg in seen or arg in rows or program.role.get(arg) not in _SIDE:
-                continue
-            bits = program.taint.get(arg, 0)
-            if bits & ARANGE and not bits & DOCS:
-                seen.add(arg)
-                found.append(
-                    Diagnostic.at(
-                        CODE,
-                        NAME,
-                        f"{arg.name} {program.shape(arg)} is built from an arange over the "
-                        f"packed length, not from position_ids, and feeds {program.label(node)}; "
-                        "derive positions and masks from position_ids or cu_seq_lens",
-                        node=arg,
-                    )
-                )
+    order = {n: i for i, n in enumerate(program.graph.nodes)}
+    found = []
+    for node, reason in sorted(program.fabricated.items(), key=lambda kv: order.get(kv[0], -1)):
+        message = (
+            f"{reason} reaches the model's values as data, not as index bookkeeping; "
+            "derive positions from position_ids and masks by comparing two tokens"
+        )
+        found.append(Diagnostic.at(CODE, NAME, message, node=node))
     return found
-
-
-_SIDE = ("replicated", "parameter")  # a position table is a weight looked up by index
-
-
-def _integer(node) -> bool:
-    val = node.meta.get("val")
-    return (
-        isinstance(val, torch.Tensor)
-        and not val.dtype.is_floating_point
-        and val.dtype != torch.bool
-    )

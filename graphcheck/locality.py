@@ -1,0 +1,302 @@
+"""The abstract domain of token locality.
+
+Every tensor value of the exported program gets a :class:`Val` that says, for
+each of its dimensions, whether it runs over the packed tokens (and how), and
+which tokens each element may depend on, relative to the element's own token
+coordinates:
+
+* ``NONE``  - on no token's data (weights, constants, structural metadata);
+* ``POINT`` - only on the tokens at its own coordinates (token-wise work, and
+  the pairwise ``[T, T]`` tensors that attention builds);
+* ``DOC``   - only on tokens of the documents its coordinates belong to;
+* ``SPAN``  - on the tokens between its two coordinates (a prefix sum masked
+  to a triangle); a same-document guard turns it into ``DOC``;
+* ``LEAK``  - on tokens of other documents: the packed run differs from each
+  document run alone.
+
+A pairwise value may carry a **guard**: the constant its elements hold where
+the two coordinates lie in different documents (``0``, ``-inf``, ``True``),
+proven from document ids compared on both sides; and a **triangle**: the
+constant it holds outside ``row - col >= k``. Structural values carry a
+**kind** (the real ``cu_seq_lens``, document ids, an ``arange`` over T, a sort
+permutation and its inverse, ...) through which the mixing ops that are
+document-aware by construction are admitted.
+
+>>> v = Val((Tok("T"), None), Dep.POINT)
+>>> v.token_dims, join_dep(Dep.POINT, Dep.DOC)
+((0,), <Dep.DOC: 2>)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import IntEnum, StrEnum
+
+import torch
+import torch.fx
+
+__all__ = [
+    "Interp",
+    "align",
+    "bind",
+    "moved_pairs",
+    "carry",
+    "has_tokens",
+    "meta_toks",
+    "ndim_of",
+    "norm_dim",
+    "node_vals",
+    "shape_of",
+    "symbols",
+    "union",
+    "Dep",
+    "Fill",
+    "Kind",
+    "Pair",
+    "Tok",
+    "Val",
+    "join_dep",
+]
+
+
+class Dep(IntEnum):
+    """Which tokens an element depends on (ordered: a join is the maximum)."""
+
+    NONE = 0
+    POINT = 1
+    DOC = 2
+    SPAN = 3
+    LEAK = 4
+
+
+def join_dep(*deps: Dep) -> Dep:
+    return Dep(max(deps, default=Dep.NONE))
+
+
+class Fill(StrEnum):
+    """A constant held by the elements a guard or a triangle excludes."""
+
+    ZERO = "0"  # 0 or False
+    NEGINF = "-inf"
+    TRUE = "true"
+
+
+class Kind(StrEnum):
+    """What a structural value is, proven from its construction."""
+
+    POS = "position_ids"
+    CU = "cu_seq_lens"
+    DOCSTART = "document starts"
+    DOCID = "document ids"
+    INDEX = "token index"  # arange over the token axis
+    PERM = "sort permutation"
+    PERMDIV = "sort permutation // k"
+    SORTED = "sorted keys"
+    COUNTS = "counts of sorted keys"
+    OFFSETS = "group offsets of sorted keys"
+    INVERSE = "inverse permutation"
+    SELECT = "token-wise selection"  # nonzero of a per-token predicate
+    LENGTH = "packed length"
+
+
+@dataclass(frozen=True, slots=True)
+class Tok:
+    """A token dimension: ``axis`` ``"T"`` (packed order), ``"P:<sort>"`` (rows in the
+    order of a sort) or ``"G:<nonzero>"`` (rows a selection picked); ``inner`` elements
+    per token (``None``: the mapping to tokens is unknown)."""
+
+    axis: str
+    inner: int | None = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A relation between two token dimensions: ``fill`` outside it. For a guard the
+    relation is "same document"; for a triangle it is ``row - col >= k``."""
+
+    row: int
+    col: int
+    fill: Fill
+    k: int = 0
+
+    def moved(self, mapping: dict[int, int]) -> Pair | None:
+        if self.row not in mapping or self.col not in mapping:
+            return None
+        return replace(self, row=mapping[self.row], col=mapping[self.col])
+
+
+@dataclass(frozen=True, slots=True)
+class Val:
+    """The abstract value of one tensor (or SymInt: no dims)."""
+
+    toks: tuple[Tok | None, ...]
+    dep: Dep = Dep.NONE
+    guard: Pair | None = None
+    tri: Pair | None = None
+    kind: Kind | None = None
+    ref: object = None  # the sort / nonzero node a permutation kind belongs to
+    extra: object = None  # kind-specific detail (the sorted axis, k of a PERMDIV)
+    leaks: frozenset = field(default_factory=frozenset)  # origins of cross-document mixing
+    absolute: frozenset = field(default_factory=frozenset)  # origins of absolute indices
+
+    @property
+    def token_dims(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.toks) if t is not None)
+
+    def with_(self, **changes) -> Val:
+        return replace(self, **changes)
+
+
+# --- the interpreter's state and shape helpers ------------------------------------
+
+
+class Interp:
+    """The state the transfer functions read and write."""
+
+    def __init__(self, root: torch.nn.Module, tokens: set[str]) -> None:
+        self.root = root
+        self.tokens = tokens
+        self.vals: dict[torch.fx.Node, object] = {}
+        self.reasons: dict[torch.fx.Node, str] = {}
+        self.writes: list[torch.fx.Node] = []
+
+    def val(self, arg) -> Val | None:
+        """The abstract value of an argument; ``None`` for Python constants."""
+        if isinstance(arg, torch.fx.Node):
+            found = self.vals.get(arg)
+            return found if isinstance(found, Val) else _opaque(found)
+        return None
+
+    def leak(self, node: torch.fx.Node, reason: str, toks=None) -> Val:
+        """``node`` mixes tokens across documents: a new origin, unless what it reads
+        already mixes them (the leak started earlier)."""
+        toks = meta_toks(node.meta.get("val"), self.tokens) if toks is None else toks
+        inputs = [self.val(a) for a in node.all_input_nodes]
+        upstream = union(v.leaks for v in inputs if v is not None and v.dep == Dep.LEAK)
+        if upstream:
+            return Val(toks, Dep.LEAK, leaks=upstream)
+        self.reasons.setdefault(node, reason)
+        return Val(toks, Dep.LEAK, leaks=frozenset({node}))
+
+    def fabricate(self, node: torch.fx.Node, reason: str) -> frozenset:
+        self.reasons.setdefault(node, reason)
+        return frozenset({node})
+
+
+def _opaque(found) -> Val | None:
+    """A tuple-valued node read whole (before ``getitem``): the join of its parts."""
+    parts = [v for v in (found or ()) if isinstance(v, Val)] if isinstance(found, tuple) else []
+    if not parts:
+        return None
+    return Val((), join_dep(*(p.dep for p in parts)), leaks=union(p.leaks for p in parts))
+
+
+def union(sets) -> frozenset:
+    out: frozenset = frozenset()
+    for s in sets:
+        out = out | s
+    return out
+
+
+# --- shapes and token dimensions ------------------------------------------------------
+
+
+def _expr(size):
+    return size.node.expr if isinstance(size, torch.SymInt) else size
+
+
+def symbols(size) -> set[str]:
+    expr = _expr(size)
+    return {str(s) for s in getattr(expr, "free_symbols", ())}
+
+
+def meta_toks(val, tokens: set[str]) -> tuple[Tok | None, ...]:
+    """Token dimensions read from a recorded shape: sizes that involve T."""
+    if not isinstance(val, torch.Tensor):
+        return ()
+    toks = []
+    for size in val.shape:
+        syms = symbols(size)
+        if not syms & tokens:
+            toks.append(None)
+        else:
+            exact = len(syms) == 1 and str(_expr(size)) in tokens
+            toks.append(Tok("T", 1 if exact else None))
+    return tuple(toks)
+
+
+def shape_of(node) -> tuple | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
+
+
+def ndim_of(node) -> int:
+    shape = shape_of(node)
+    return len(shape) if shape is not None else 0
+
+
+def norm_dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+def bind(node: torch.fx.Node) -> dict[str, object]:
+    """Arguments by schema name (positional and keyword)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return {f"arg{i}": a for i, a in enumerate(node.args)} | dict(node.kwargs)
+    bound = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args):
+            bound[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            bound[arg.name] = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def carry(vals) -> dict:
+    vals = [v for v in vals if v is not None]
+    return {
+        "dep": join_dep(*(v.dep for v in vals)),
+        "leaks": union(v.leaks for v in vals),
+        "absolute": union(v.absolute for v in vals),
+    }
+
+
+def has_tokens(vals) -> bool:
+    return any(v is not None and (v.token_dims or v.dep > Dep.NONE or v.leaks) for v in vals)
+
+
+def node_vals(interp: Interp, node: torch.fx.Node) -> list[Val]:
+    return [v for a in node.all_input_nodes if (v := interp.val(a)) is not None]
+
+
+def align(interp: Interp, node: torch.fx.Node, operands) -> tuple | None:
+    """Output token dims of a broadcasting op; ``None`` when two operands put different
+    token dimensions on one output dimension (tokens would meet other tokens)."""
+    out = shape_of(node)
+    if out is None:
+        return None
+    toks: list[Tok | None] = [None] * len(out)
+    for arg in operands:
+        val, shape = interp.val(arg), shape_of(arg)
+        if val is None or shape is None or len(val.toks) != len(shape):
+            continue
+        offset = len(out) - len(shape)
+        for i, tok in enumerate(val.toks):
+            if tok is None or (shape[i] == 1 and out[i + offset] != 1):
+                continue
+            here = toks[i + offset]
+            if here is not None and here != tok:
+                return None
+            toks[i + offset] = tok
+    return tuple(toks)
+
+
+def moved_pairs(val: Val, mapping: dict[int, int]) -> dict:
+    """``val``'s guard and triangle with dimensions renumbered (dropped when lost)."""
+    return {
+        "guard": val.guard.moved(mapping) if val.guard else None,
+        "tri": val.tri.moved(mapping) if val.tri else None,
+    }
