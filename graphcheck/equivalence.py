@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -146,9 +148,13 @@ def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict
 
 def build_stage_fresh(request: StageRequest) -> StageProgram:
     """Build, export and summarise one stage from nothing but the model code (run in a
-    fresh process). Anything unexpected becomes a one-line :class:`GraphcheckError`."""
+    fresh process). Anything unexpected becomes a one-line :class:`GraphcheckError`;
+    torch's warnings and logs stay in the child (findings come back as data)."""
+    logging.getLogger("torch").setLevel(logging.CRITICAL)
     try:
-        stage = _build_fresh(request)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stage = _build_fresh(request)
     except GraphcheckError:
         raise
     except Exception as err:

@@ -17,6 +17,12 @@ Builtins, for models written pipeline-aware (modules a stage does not own set to
   renumbers layers: graphcheck shows where that flips a kernel.
 
 Anything else is ``path/to/file.py:function`` or ``package.module:function``.
+
+With a model given by its spec, each stage is built the way a rank builds it: in a
+fresh process that imports the model code, builds the model with its factory and
+applies the builder (:func:`graphcheck.equivalence.build_stage_fresh`). An
+exception a builder raises is a one-line :class:`~graphcheck.errors.ModelLoadError`
+naming the builder and the stage.
 """
 
 from __future__ import annotations
