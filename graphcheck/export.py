@@ -11,6 +11,12 @@ forward is wrapped with explicit arguments, since torch rejects
 If export specialises or guards T or N the proof would hold for some lengths
 only, so the export is retried with automatic dims and the guard is recorded
 in :attr:`Exported.guards` (reported as GC403).
+
+Export runs under ``torch.no_grad()``: graphcheck analyses the forward program,
+and with grad enabled some kernels refuse to trace (FlexAttention with a
+document ``mask_mod`` on CPU: "FlexAttention does not support backward on CPU").
+The training IR is the same ATen graph either way for the models graphcheck
+checks (``requires_grad`` in the recorded values is what differs).
 """
 
 from __future__ import annotations
@@ -137,7 +143,7 @@ def export_model(
         model.forward = _explicit_forward(model, names)
     start = time.perf_counter()
     guards: list[str] = []
-    with mode, default_dtype(torch.float32):
+    with mode, default_dtype(torch.float32), torch.no_grad():
         args = tuple(example_inputs(names, hidden_size).values())
         try:
             program = _export(model, args, names, strict, auto=False)

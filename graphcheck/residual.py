@@ -41,7 +41,8 @@ class Wire:
 def classify_wire(program: Program, cut: CutAnalysis) -> Wire:
     acts = cut.activations
     candidates = [a for a in acts if _is_residual(program, cut, a)]
-    candidates.sort(key=lambda a: program.dtype(a) != "bfloat16")
+    # an in-place write into shared state is never the residual, whatever it feeds
+    candidates.sort(key=lambda a: (a in program.writes, program.dtype(a) != "bfloat16"))
     residual = candidates[0] if candidates else None
     wire = Wire(residual)
     for act in acts:

@@ -10,14 +10,21 @@ Why it matters
     layer, per-layer outputs collected for the head) is either dropped by the
     runtime or sent through a side channel the byte contract does not cover.
 
+    In-place writes are dataflow: a buffer, parameter, input or shared table
+    written in place on one side of a cut and read on the other (after the write,
+    or in the next step, before the first write) crosses the cut like any other
+    activation, and is reported here with the storage it writes.
+
 Example
     Layers that return ``(hidden, residual)`` and add them in the next layer;
-    every layer reading the embedding output ``x0``.
+    every layer reading the embedding output ``x0``; a layer that edits
+    ``position_ids`` or a model buffer in place for a later layer to read.
 
 Fix
     Fold the pair into the residual inside the layer (``return hidden +
     residual``); recompute or drop the skip input; keep collected outputs on
-    the stage that produced them.
+    the stage that produced them; make in-place writes out of place and local to
+    the layer (``pos = pos * 2``), or keep the writer and its readers on one stage.
 """
 
 from __future__ import annotations
@@ -36,17 +43,42 @@ def check(ctx) -> list[Diagnostic]:
         count = len(cut.activations)
         extras = wire.extras if wire.residual is not None else wire.extras[1:]
         for node in extras:
-            found.append(
-                Diagnostic.at(
-                    CODE,
-                    NAME,
-                    f"{count} activations cross cut {cut.position}; besides the residual, "
-                    f"{node.name} from {ctx.program.label(node)} ({ctx.program.dtype(node)}) is "
-                    "needed on the right; fold it into the residual stream or keep its "
-                    "consumers on the left",
-                    node=node,
-                    cut=cut.position,
-                    stage=ctx.right_stage(cut),
-                )
+            message = _mutation_message(ctx.program, cut, node) or (
+                f"{count} activations cross cut {cut.position}; besides the residual, "
+                f"{node.name} from {ctx.program.label(node)} ({ctx.program.dtype(node)}) is "
+                "needed on the right; fold it into the residual stream or keep its "
+                "consumers on the left"
             )
+            where = {"cut": cut.position, "stage": ctx.right_stage(cut)}
+            found.append(Diagnostic.at(CODE, NAME, message, node=node, **where))
     return found
+
+
+def _mutation_message(program, cut, node) -> str | None:
+    """The message for an in-place write that crosses ``cut``, or ``None``."""
+    root = program.writes.get(node)
+    if root is None:
+        return None
+    what = program.owner.get(root) or program.label(root)
+    wrote = f"{node.name} ({program.label(node)} writes {what} in place)"
+    fix = (
+        "make the write out of place and local to the layer, or keep the writer and its "
+        "readers on one stage"
+    )
+    readers = next((c.consumers for c in cut.crossing if c.node is node), [])
+    by = ", ".join(readers[:2]) or "the right side"
+    if any(p.writer is node for p in program.persisted) and not _read_after(program, node):
+        return (
+            f"{wrote} persists to the next step, where {by} reads it on the other side of "
+            f"cut {cut.position}; each stage keeps its own copy, so the split reads stale "
+            f"state; {fix}"
+        )
+    return (
+        f"{wrote} is read by {by} across cut {cut.position}; a stage that did not run the "
+        f"write reads the unwritten value; {fix}"
+    )
+
+
+def _read_after(program, node) -> bool:
+    """Whether anything reads ``node``'s write later in the same step."""
+    return bool(node.users) or any(node in ws for ws in program.mutation_inputs.values())

@@ -60,9 +60,10 @@ def check(ctx) -> list[Diagnostic]:
         node = ctx.wire(cut).boundary
         if node is None or _declared(program, node):
             continue
-        problem = _shape_problem(program, node, width) or _bitcast_problem(program, node)
-        if problem:
-            message = f"{node.name} crossing cut {cut.position} {problem}"
+        problems = [_shape_problem(program, node, width), _bitcast_problem(program, node)]
+        problems = [p for p in problems if p]
+        if problems:
+            message = f"{node.name} crossing cut {cut.position} {'; it also '.join(problems)}"
             where = {"cut": cut.position, "stage": ctx.right_stage(cut)}
             found.append(Diagnostic.at(CODE, NAME, message, node=node, **where))
     return found
