@@ -29,6 +29,7 @@ from pathlib import Path
 
 from torch import nn
 
+from graphcheck import fresh
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.dataflow import analyse_cuts
 from graphcheck.equivalence import StageRequest, build_stage, build_stage_fresh, compare_stage
@@ -117,6 +118,8 @@ class Explorer:
         """Prove one stage plan; see :func:`verify`."""
         start = time.perf_counter() - self._take_setup()
         plan = _plan(cuts, stages, self.num_layers)
+        if isinstance(stage_builder, str) and self.session.spec is not None:
+            fresh.start()  # stage processes: preload while the uncut model exports
         program = self.program
         ctx = Context(
             program, analyse_cuts(program, list(plan.cuts), plan=True), plan, self.allow_fp32

@@ -22,15 +22,17 @@ each, at most one per CPU) and returns their results in order.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from graphcheck.errors import GraphcheckError
 
-__all__ = ["FreshProcessError", "run_fresh", "run_fresh_many"]
+__all__ = ["FreshProcessError", "run_fresh", "run_fresh_many", "start"]
 
 _PRELOAD = ["torch", "graphcheck.api"]
 _context = None
@@ -85,6 +87,13 @@ def _fork_server():
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(_PRELOAD)
     return _context
+
+
+def start() -> None:
+    """Start the fork server in the background, so its preloading (a few seconds)
+    overlaps other work; :func:`run_fresh` waits for it."""
+    _fork_server()
+    threading.Thread(target=multiprocessing.forkserver.ensure_running, daemon=True).start()
 
 
 def run_fresh(fn, *args, **kwargs):
