@@ -15,20 +15,27 @@ every disagreement instead of stopping at the first.
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import hashlib
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
-from adversarial import MIXERS, PARTS, REGRESSIONS, TOKENWISE, Recipe, composed
-from hypothesis import HealthCheck, Phase, given, settings
+from adversarial import MIXERS, PARTS, REGRESSIONS, TOKENWISE, Recipe
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from graphcheck.api import Explorer
 from graphcheck.byte_gate import Gate
 from graphcheck.errors import GraphcheckError
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "30"))
 SHRINK = bool(os.environ.get("GRAPHCHECK_FUZZ_SHRINK"))
+# the gate's mode: "processes" (the uncut model and every stage each built in a fresh
+# process, the ground truth) or "graph" (the exported graph split in this process)
+MODE = os.environ.get("GRAPHCHECK_FUZZ_GATE", "processes")
 PHASES = tuple(Phase) if SHRINK else tuple(p for p in Phase if p != Phase.shrink)
 
 
@@ -68,18 +75,45 @@ def examples(draw):
     return recipe, cut, docs
 
 
-def disagreement(recipe: Recipe, cut: int, docs: tuple[int, ...]) -> str | None:
+def _event(label: str) -> None:
+    """Count outcomes in ``--hypothesis-show-statistics`` (a no-op outside a test)."""
+    with contextlib.suppress(Exception):
+        event(label)
+
+
+def model_file(directory: Path, recipe: Recipe) -> str:
+    """A model file holding ``recipe``, as a ``file.py:model`` spec: the gate builds the
+    uncut model and every stage in fresh processes, from the spec."""
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha1(repr(recipe).encode()).hexdigest()[:12]
+    path = directory / f"composed_{digest}.py"
+    path.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(FIXTURES)!r})\n"
+        "from adversarial import Recipe, composed\n\n"
+        f"RECIPE = {recipe!r}\n\n\n"
+        "def model():\n"
+        "    return composed(RECIPE)\n"
+    )
+    return f"{path}:model"
+
+
+def disagreement(
+    recipe: Recipe, cut: int, docs: tuple[int, ...], directory: Path | None = None
+) -> str | None:
     """What contradicts a static PASS of ``recipe`` at ``cut``, or None (no PASS claimed,
     or the gate agrees)."""
-    factory = functools.partial(composed, recipe)
-    explorer = Explorer(factory)
+    spec = model_file(directory or Path(tempfile.gettempdir()) / "graphcheck-fuzz", recipe)
+    explorer = Explorer(spec)
     try:
         report = explorer.verify([cut])
     except GraphcheckError:  # could not verify (exit 2): nothing is claimed
+        _event("static: could not verify")
         return None
+    _event(f"static: {report.verdict} {' '.join(sorted(report.codes))}".strip())
     if report.verdict != "pass":
         return None
-    gated = Gate(factory, explorer=explorer).run([cut], docs=docs)
+    gated = Gate(spec, explorer=explorer).run([cut], docs=docs, mode=MODE)
     problems = []
     if gated.bytes.status != "equal":
         problems.append(f"bytes {gated.bytes.status}: {gated.bytes.message}")
@@ -98,13 +132,14 @@ def disagreement(recipe: Recipe, cut: int, docs: tuple[int, ...]) -> str | None:
     suppress_health_check=list(HealthCheck),
 )
 @given(examples())
-def test_static_pass_implies_equal_bytes_and_isolation(example):
+def test_static_pass_implies_equal_bytes_and_isolation(tmp_path_factory, example):
     recipe, cut, docs = example
-    assert disagreement(recipe, cut, docs) is None
+    directory = tmp_path_factory.getbasetemp() / "fuzz"
+    assert disagreement(recipe, cut, docs, directory) is None
 
 
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
-def test_fuzzer_regressions(name):
+def test_fuzzer_regressions(name, tmp_path):
     """The fuzzer's findings, kept: each names a recipe, a cut and documents."""
     recipe, cut, docs = REGRESSIONS[name]
-    assert disagreement(recipe, cut, docs) is None
+    assert disagreement(recipe, cut, docs, tmp_path) is None
