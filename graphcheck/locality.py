@@ -42,6 +42,7 @@ __all__ = [
     "moved_pairs",
     "carry",
     "has_tokens",
+    "is_one",
     "meta_toks",
     "ndim_of",
     "norm_dim",
@@ -86,6 +87,7 @@ class Kind(StrEnum):
 
     POS = "position_ids"
     CU = "cu_seq_lens"
+    CU_INNER = "cu_seq_lens without its first or last entry"
     DOCSTART = "document starts"
     DOCID = "document ids"
     INDEX = "token index"  # arange over the token axis
@@ -138,6 +140,7 @@ class Val:
     extra: object = None  # kind-specific detail (the sorted axis, k of a PERMDIV)
     leaks: frozenset = field(default_factory=frozenset)  # origins of cross-document mixing
     absolute: frozenset = field(default_factory=frozenset)  # origins of absolute indices
+    shift: tuple | None = None  # (dim, k, origin): element t reads token t - k of dim
 
     @property
     def token_dims(self) -> tuple[int, ...]:
@@ -167,11 +170,12 @@ class Interp:
             return found if isinstance(found, Val) else _opaque(found)
         return None
 
-    def leak(self, node: torch.fx.Node, reason: str, toks=None) -> Val:
+    def leak(self, node: torch.fx.Node, reason: str, toks=None, inputs=None) -> Val:
         """``node`` mixes tokens across documents: a new origin, unless what it reads
-        already mixes them (the leak started earlier)."""
+        (``inputs``, all its operands by default) already mixes them."""
         toks = meta_toks(node.meta.get("val"), self.tokens) if toks is None else toks
-        inputs = [self.val(a) for a in node.all_input_nodes]
+        if inputs is None:
+            inputs = [self.val(a) for a in node.all_input_nodes]
         upstream = union(v.leaks for v in inputs if v is not None and v.dep == Dep.LEAK)
         if upstream:
             return Val(toks, Dep.LEAK, leaks=upstream)
@@ -223,6 +227,11 @@ def meta_toks(val, tokens: set[str]) -> tuple[Tok | None, ...]:
             exact = len(syms) == 1 and str(_expr(size)) in tokens
             toks.append(Tok("T", 1 if exact else None))
     return tuple(toks)
+
+
+def is_one(size) -> bool:
+    """``size == 1`` without asking the shape environment (no guard on unbacked sizes)."""
+    return _expr(size) == 1
 
 
 def shape_of(node) -> tuple | None:
@@ -285,7 +294,7 @@ def align(interp: Interp, node: torch.fx.Node, operands) -> tuple | None:
             continue
         offset = len(out) - len(shape)
         for i, tok in enumerate(val.toks):
-            if tok is None or (shape[i] == 1 and out[i + offset] != 1):
+            if tok is None or (is_one(shape[i]) and not is_one(out[i + offset])):
                 continue
             here = toks[i + offset]
             if here is not None and here != tok:
@@ -296,7 +305,11 @@ def align(interp: Interp, node: torch.fx.Node, operands) -> tuple | None:
 
 def moved_pairs(val: Val, mapping: dict[int, int]) -> dict:
     """``val``'s guard and triangle with dimensions renumbered (dropped when lost)."""
+    shift = val.shift
+    if shift is not None:
+        shift = (mapping[shift[0]], *shift[1:]) if shift[0] in mapping else None
     return {
         "guard": val.guard.moved(mapping) if val.guard else None,
         "tri": val.tri.moved(mapping) if val.tri else None,
+        "shift": shift,
     }

@@ -30,6 +30,7 @@ from graphcheck.locality import (
     bind,
     carry,
     has_tokens,
+    is_one,
     meta_toks,
     moved_pairs,
     ndim_of,
@@ -54,6 +55,14 @@ def unknown(interp: Interp, node: torch.fx.Node) -> Val:
     return Val(toks, **carry(vals))
 
 
+def unknown_or_leak(interp: Interp, node: torch.fx.Node, reason: str) -> Val:
+    vals = node_vals(interp, node)
+    toks = meta_toks(node.meta.get("val"), interp.tokens)
+    if has_tokens(vals) or any(toks):
+        return interp.leak(node, reason)
+    return Val(toks, **carry(vals))
+
+
 def transfer(interp: Interp, node: torch.fx.Node):
     """The abstract value of ``node``; an in-place op also updates what it writes."""
     name = op_name(node.target)
@@ -64,7 +73,11 @@ def transfer(interp: Interp, node: torch.fx.Node):
         written = node.args[0] if node.args else None
     if fn is None:
         fn = _fallback(node)
-    result = fn(interp, node)
+    try:
+        result = fn(interp, node)
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as err:
+        reason = f"graphcheck could not follow `{name}` ({type(err).__name__}: {err}; fail closed)"
+        result = unknown_or_leak(interp, node, reason)
     if isinstance(written, torch.fx.Node) and isinstance(result, Val):
         old = interp.val(written)
         merged = result if old is None else old.with_(**carry([old, result]), kind=None)
@@ -154,7 +167,46 @@ def pointwise(interp: Interp, node: torch.fx.Node) -> Val:
     result = Val(toks, **carry(vals))
     result = _relative(interp, node, base, operands, result)
     result = _pairs(interp, node, base, operands, result)
-    return _kind(interp, node, base, operands, result)
+    result = _kind(interp, node, base, operands, result)
+    return _shifted(interp, node, base, operands, result)
+
+
+def _shifted(interp, node, base: str, operands, result: Val) -> Val:
+    """A token shift (``prev[t] = x[t - 1]``) stays a pending leak until it is masked
+    to a constant wherever ``t`` starts a document: then ``t - 1`` is in ``t``'s
+    document."""
+    found = []
+    for arg in operands:
+        val = interp.val(arg)
+        if val is not None and val.shift is not None:
+            offset = ndim_of(node) - len(val.toks)
+            found.append((arg, (val.shift[0] + offset, *val.shift[1:])))
+    if not found:
+        return result
+    arg, shift = found[0]
+    if len(found) == 1 and shift[1] == 1 and _masked_at_starts(interp, node, base, operands, arg):
+        leaks = result.leaks - {shift[2]}
+        dep = Dep.LEAK if leaks else max(Dep.DOC, min(result.dep, Dep.DOC))
+        return result.with_(shift=None, leaks=leaks, dep=dep)
+    return result.with_(shift=shift)
+
+
+def _masked_at_starts(interp, node, base: str, operands, shifted) -> bool:
+    """``masked_fill(prev, starts, c)`` or ``where(starts, c, prev)`` with ``starts`` the
+    document starts on the shifted dimension."""
+    if base == "masked_fill" and len(operands) >= 3:
+        x, mask, value = operands[:3]
+        ok = x is shifted and not isinstance(value, torch.fx.Node)
+    elif base == "where" and len(operands) >= 3:
+        mask, value, x = operands[:3]
+        ok = x is shifted and not isinstance(value, torch.fx.Node)
+    else:
+        return False
+    starts = interp.val(mask)
+    if not ok or starts is None or starts.kind != Kind.DOCSTART:
+        return False
+    shift_dim = interp.val(shifted).shift[0] + ndim_of(node) - len(interp.val(shifted).toks)
+    return _placed(interp, node, mask) == (shift_dim,)
 
 
 def _placed(interp: Interp, node, arg) -> tuple[int, ...]:
@@ -163,7 +215,9 @@ def _placed(interp: Interp, node, arg) -> tuple[int, ...]:
     if val is None or shape is None or out is None:
         return ()
     offset = len(out) - len(shape)
-    return tuple(i + offset for i in val.token_dims if not (shape[i] == 1 and out[i + offset] != 1))
+    return tuple(
+        i + offset for i in val.token_dims if not (is_one(shape[i]) and not is_one(out[i + offset]))
+    )
 
 
 def _relative(interp, node, base: str, operands, result: Val) -> Val:
@@ -331,6 +385,8 @@ def permute(interp: Interp, node: torch.fx.Node) -> Val:
     name = _base(node)
     if name == "permute":
         order = [norm_dim(d, n) for d in node.args[1]]
+    elif name == "numpy_T":
+        order = list(reversed(range(n)))
     else:
         a, b = (0, 1) if name == "t" else (norm_dim(node.args[1], n), norm_dim(node.args[2], n))
         order = list(range(n))
@@ -356,7 +412,7 @@ def squeeze(interp: Interp, node: torch.fx.Node) -> Val:
     dims = node.args[1] if len(node.args) > 1 else None
     dims = [dims] if isinstance(dims, int) else dims
     gone = {norm_dim(d, len(shape)) for d in (dims if dims is not None else range(len(shape)))}
-    gone = {d for d in gone if shape[d] == 1}
+    gone = {d for d in gone if is_one(shape[d])}
     keep = [i for i in range(len(shape)) if i not in gone]
     return _viewed(interp, node, {d: i for i, d in enumerate(keep)}, [src.toks[d] for d in keep])
 
@@ -379,7 +435,7 @@ def view(interp: Interp, node: torch.fx.Node) -> Val:
     """``view``/``reshape``: dims grouped by equal products; a token dim split into
     several keeps the token coordinate on the dims that step over whole tokens."""
     src, before, after = interp.val(node.args[0]), shape_of(node.args[0]), shape_of(node)
-    if src is None or before is None or after is None:
+    if src is None or before is None or after is None or len(src.toks) != len(before):
         return unknown(interp, node)
     groups = _groups(before, after)
     if groups is None:
@@ -500,9 +556,24 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
         return interp.leak(node, "slices the token dimension (shifts or drops tokens)")
     toks = src.toks if src else meta_toks(node.meta.get("val"), interp.tokens)
     result = _viewed(interp, node, {i: i for i in range(n)}, toks)
-    if src is not None and src.kind == Kind.CU and not _whole(bound, shape, dim):
-        result = result.with_(kind=None)
+    if src is not None and src.kind in (Kind.CU, Kind.CU_INNER) and not _whole(bound, shape, dim):
+        part = _cu_part(bound, shape, dim) if src.kind == Kind.CU else None
+        result = result.with_(kind=Kind.CU_INNER if part else None, extra=part)
     return result
+
+
+def _cu_part(bound: dict, shape, dim: int) -> str | None:
+    """``cu[:-1]`` (the starts), ``cu[1:]`` (the ends), ``cu[1:-1]``: slices that keep
+    every boundary between two documents."""
+    start, end, step = bound.get("start") or 0, bound.get("end"), bound.get("step", 1)
+    if step not in (None, 1) or start not in (0, 1) or shape is None:
+        return None
+    size = _sym(shape[dim])
+    end_val = end.meta.get("val") if isinstance(end, torch.fx.Node) else end
+    drops_last = end_val == -1 or (end_val is not None and _same(_sym(end_val), size - 1))
+    if not drops_last and not _whole({"end": end}, shape, dim):
+        return None
+    return {(0, True): "starts", (1, False): "ends", (1, True): "interior"}.get((start, drops_last))
 
 
 def _whole(bound: dict, shape, dim: int) -> bool:
@@ -701,7 +772,7 @@ _FAMILIES = [
     (_FACTORY, factory),
     ("aten.arange.default aten.arange.start aten.arange.start_step", arange),
     ("op:getitem", getitem),
-    ("aten.permute.default aten.transpose.int aten.t.default", permute),
+    ("aten.permute.default aten.transpose.int aten.t.default aten.numpy_T.default", permute),
     ("aten.unsqueeze.default", unsqueeze),
     ("aten.squeeze.dim aten.squeeze.dims aten.squeeze.default", squeeze),
     ("aten.expand.default aten.expand_copy.default", expand),

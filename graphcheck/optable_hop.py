@@ -83,7 +83,8 @@ def _flex(interp: Interp, node: torch.fx.Node):
     val = node.meta.get("val")
     if not proven or any(d is not None and (d.dep > Dep.DOC or d.leaks) for d in data):
         why = "flex attention whose mask_mod does not compare document ids of both tokens"
-        result = interp.leak(node, why, meta_toks(val[0], interp.tokens)) if not proven else None
+        toks = meta_toks(val[0], interp.tokens)
+        result = interp.leak(node, why, toks, inputs=data) if not proven else None
         result = result or Val(meta_toks(val[0], interp.tokens), **carry(data))
     else:
         result = Val(meta_toks(val[0], interp.tokens), **{**carry(data), "dep": Dep.DOC})

@@ -201,7 +201,7 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
         origin = interp.fabricate(node, "document ids counted over the packed row")
         return Val(src.toks, kind=Kind.DOCID, absolute=origin)
     tri = src.tri
-    if tri is not None and tri.row == dim and tri.k >= 0 and src.dep <= Dep.POINT:
+    if tri is not None and tri.row == dim and tri.k >= 0 and src.dep <= Dep.DOC:
         return src.with_(dep=Dep.SPAN if src.dep else Dep.NONE, guard=None, kind=None)
     if src.dep == Dep.NONE and not src.leaks:
         origin = interp.fabricate(node, "positions counted over the packed row (cumsum over T)")
@@ -260,6 +260,41 @@ def nonzero(interp: Interp, node: torch.fx.Node) -> Val:
     return Val(toks, Dep.LEAK, leaks=frozenset({node}), kind=Kind.SELECT, ref=node, extra=src.toks)
 
 
+def where_indices(interp: Interp, node: torch.fx.Node) -> tuple:
+    """``torch.where(cond)``: one index tensor per dim of ``cond``; the token dim's is a
+    selection of tokens by a per-token predicate."""
+    src = _src(interp, node)
+    outs = node.meta.get("val") or ()
+    if src is None or not src.token_dims:
+        return tuple(Val((None,), **carry([src])) for _ in outs)
+    if src.dep > Dep.DOC or src.leaks:
+        return tuple(interp.leak(node, "selects tokens by a predicate that mixes documents")
+                     for _ in outs)  # fmt: skip
+    interp.reasons.setdefault(node, "positions of selected tokens used as data")
+    tok = Tok(f"G:{node.name}")
+    return tuple(
+        Val((tok,), Dep.LEAK, leaks=frozenset({node}), kind=Kind.SELECT, ref=node, extra=comp)
+        for comp in src.toks
+    )
+
+
+def index_fill(interp: Interp, node: torch.fx.Node) -> Val:
+    """``zeros(T).index_fill(0, cu[:-1], True)`` marks the document starts."""
+    bound = bind(node)
+    src, idx = interp.val(bound.get("self")), interp.val(bound.get("index"))
+    if src is None or idx is None:
+        from graphcheck.optable import unknown
+
+        return unknown(interp, node)
+    dim = norm_dim(bound.get("dim", 0), len(src.toks))
+    if src.toks[dim] is None:
+        return Val(src.toks, **carry([src, idx]))
+    starts = idx.kind == Kind.CU_INNER and idx.extra == "starts" and src.dep == Dep.NONE
+    if starts and not isinstance(bound.get("value"), torch.fx.Node) and len(src.toks) == 1:
+        return Val(src.toks, Dep.POINT, kind=Kind.DOCSTART)
+    return interp.leak(node, "writes at token positions chosen by data")
+
+
 def histc(interp: Interp, node: torch.fx.Node) -> Val:
     """Counts of the sorted keys (the expert sizes) are bookkeeping for a grouped matmul."""
     src = _src(interp, node)
@@ -279,7 +314,7 @@ def searchsorted(interp: Interp, node: torch.fx.Node) -> Val:
     seq_key, in_key = ("boundaries", "self") if "bucketize" in name else ("sorted_sequence", "self")
     seq, index = interp.val(bound.get(seq_key)), interp.val(bound.get(in_key))
     structural = seq is not None and index is not None and bound.get("right")
-    if structural and seq.kind == Kind.CU and index.kind == Kind.INDEX:
+    if structural and seq.kind in (Kind.CU, Kind.CU_INNER) and index.kind == Kind.INDEX:
         origin = interp.fabricate(node, "document ids used as values")
         return Val(index.toks, kind=Kind.DOCID, absolute=origin)
     vals = [v for v in (seq, index) if v is not None]
@@ -289,6 +324,16 @@ def searchsorted(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 # --- indexing -------------------------------------------------------------------------------
+
+
+_BOOKKEEPING = {Kind.PERM, Kind.PERMDIV, Kind.INVERSE, Kind.SELECT, Kind.INDEX}
+
+
+def _as_index(index: Val) -> Val:
+    """An index used only to pick rows: bookkeeping kinds carry no data of their own."""
+    if index.kind in _BOOKKEEPING:
+        return index.with_(dep=Dep.NONE, leaks=frozenset(), absolute=frozenset())
+    return index
 
 
 def _row_tok(src_tok: Tok, index: Val) -> Tok | None:
@@ -315,7 +360,7 @@ def _gather_rows(interp, node, src: Val, dim: int, index: Val) -> Val:
     before, after = list(src.toks[:dim]), list(src.toks[dim + 1 :])
     if src.toks[dim] is None:  # a table lookup: rows follow the index
         absolute = src.absolute | index.absolute
-        deps = carry([src, index.with_(leaks=frozenset()) if index.kind else index])
+        deps = carry([src, _as_index(index)])
         return Val(tuple(before + list(index.toks) + after), **{**deps, "absolute": absolute})
     tok = _row_tok(src.toks[dim], index)
     if tok is None or len(index.toks) != 1:
@@ -349,7 +394,7 @@ def _multi_index(interp, node, src: Val, used) -> Val:
         if value is None:
             continue
         if src.toks[d] is None:
-            others.append(value.with_(leaks=frozenset()) if value.kind else value)
+            others.append(_as_index(value))
             continue
         tok = _row_tok(src.toks[d], value)
         if tok is None:
@@ -438,7 +483,7 @@ def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
     if dst.toks[dim] is None:
         if rows.token_dims and not dst.token_dims:
             return interp.leak(node, "accumulates tokens into positions that are not tokens")
-        return Val(dst.toks, **carry([dst, rows, idx.with_(leaks=frozenset())]))
+        return Val(dst.toks, **carry([dst, rows, _as_index(idx)]))
     tok = _row_tok(dst.toks[dim], idx)
     row_tok = rows.toks[dim] if dim < len(rows.toks) else None
     if tok is None or row_tok != tok:
@@ -508,11 +553,36 @@ def shift(interp: Interp, node: torch.fx.Node) -> Val:
         from graphcheck.optable import unknown
 
         return unknown(interp, node)
-    dims = _shifted_dims(node, len(src.toks))
-    if any(src.toks[d] is not None for d in dims):
+    dims = [d for d in _shifted_dims(node, len(src.toks)) if src.toks[d] is not None]
+    clean = src.shift is None and src.dep <= Dep.DOC and not src.leaks
+    if len(dims) == 1 and clean and _shift_amount(node, dims[0], len(src.toks)) == 1:
+        interp.reasons.setdefault(node, f"`{op_name(node.target)}` shifts tokens along the "
+                                  "token dimension without masking document starts")  # fmt: skip
+        pending = frozenset({node})
+        return src.with_(dep=Dep.SPAN, leaks=pending, shift=(dims[0], 1, node), kind=None,
+                         guard=None, tri=None)  # fmt: skip
+    if dims:
         return interp.leak(node, f"`{op_name(node.target)}` shifts tokens along the token "
                            "dimension (token shift crosses document boundaries)")  # fmt: skip
     return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([src]))
+
+
+def _shift_amount(node: torch.fx.Node, dim: int, n: int) -> int | None:
+    """By how many tokens a ``roll`` or a pad-and-crop moves dimension ``dim``."""
+    name = op_name(node.target).split(".")[1]
+    bound = bind(node)
+    if name == "roll":
+        shifts, dims = bound.get("shifts"), bound.get("dims")
+        shifts = [shifts] if isinstance(shifts, int) else list(shifts or [])
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        if len(shifts) == 1 and len(dims) == 1 and norm_dim(dims[0], n) == dim:
+            return shifts[0]
+        return None
+    if name in ("constant_pad_nd", "pad"):
+        pad = list(bound.get("pad") or [])
+        i = n - 1 - dim
+        return pad[2 * i] if pad[2 * i] == -pad[2 * i + 1] else None
+    return None
 
 
 def _shifted_dims(node: torch.fx.Node, n: int) -> list[int]:
@@ -528,6 +598,10 @@ def _shifted_dims(node: torch.fx.Node, n: int) -> list[int]:
     return [norm_dim(d, n) for d in dims]
 
 
+def _one(value) -> bool:
+    return isinstance(value, int) and value == 1
+
+
 def repeat(interp: Interp, node: torch.fx.Node) -> Val:
     src = _src(interp, node)
     if src is None:
@@ -536,7 +610,7 @@ def repeat(interp: Interp, node: torch.fx.Node) -> Val:
         return unknown(interp, node)
     reps = list(node.args[1])
     offset = len(reps) - len(src.toks)
-    if any(src.toks[i] is not None and reps[i + offset] != 1 for i in range(len(src.toks))):
+    if any(src.toks[i] is not None and not _one(reps[i + offset]) for i in range(len(src.toks))):
         return interp.leak(node, "repeats the token dimension")
     return Val((None,) * offset + src.toks, **carry([src]))
 
@@ -663,6 +737,8 @@ FAMILIES = [
     ("aten.topk.default aten.kthvalue.default", topk),
     ("aten.nonzero.default aten.argwhere.default", nonzero),
     ("aten.histc.default aten.bincount.default", histc),
+    ("aten.where.default", where_indices),
+    ("aten.index_fill.int_Scalar aten.index_fill.int_Tensor", index_fill),
     ("aten.searchsorted.Tensor aten.bucketize.Tensor", searchsorted),
     ("aten.index.Tensor aten._unsafe_index.Tensor", index),
     ("aten.index_select.default", index_select),
