@@ -7,7 +7,7 @@ casts, bitcasts, and fabricated positions. Each example is proven at one random 
 when the static verdict is PASS, ``graphcheck gate`` runs it on real bf16 weights and
 must show equal bytes (staged against uncut) and document isolation.
 
-``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples (default 30, about a minute);
+``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples (default 24, about a minute);
 ``GRAPHCHECK_FUZZ_SHRINK=1`` lets hypothesis shrink a failure to a minimal recipe
 (slow: every step is an export). ``benchmarks/fuzz.py`` runs many examples and lists
 every disagreement instead of stopping at the first.
@@ -31,7 +31,7 @@ from graphcheck.byte_gate import Gate
 from graphcheck.errors import GraphcheckError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "24"))
 SHRINK = bool(os.environ.get("GRAPHCHECK_FUZZ_SHRINK"))
 # the gate's mode: "processes" (the uncut model and every stage each built in a fresh
 # process, the ground truth) or "graph" (the exported graph split in this process)
