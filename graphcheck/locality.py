@@ -171,16 +171,23 @@ class Interp:
         return None
 
     def leak(self, node: torch.fx.Node, reason: str, toks=None, inputs=None) -> Val:
-        """``node`` mixes tokens across documents: a new origin, unless what it reads
-        (``inputs``, all its operands by default) already mixes them."""
+        """``node`` itself mixes tokens across documents: a new origin, joined with
+        the leaks of what it reads (``inputs``, all its operands by default)."""
         toks = meta_toks(node.meta.get("val"), self.tokens) if toks is None else toks
         if inputs is None:
             inputs = [self.val(a) for a in node.all_input_nodes]
         upstream = union(v.leaks for v in inputs if v is not None and v.dep == Dep.LEAK)
-        if upstream:
-            return Val(toks, Dep.LEAK, leaks=upstream)
         self.reasons.setdefault(node, reason)
-        return Val(toks, Dep.LEAK, leaks=frozenset({node}))
+        return Val(toks, Dep.LEAK, leaks=upstream | {node})
+
+    def passed_on(self, node: torch.fx.Node, inputs) -> Val | None:
+        """When an operand already leaks, a mixing op cannot be judged on its own: the
+        result carries the earlier leak (``None`` when nothing leaks yet)."""
+        leaking = [v for v in inputs if v is not None and v.dep == Dep.LEAK]
+        if not leaking:
+            return None
+        toks = meta_toks(node.meta.get("val"), self.tokens)
+        return Val(toks, Dep.LEAK, leaks=union(v.leaks for v in leaking))
 
     def fabricate(self, node: torch.fx.Node, reason: str) -> frozenset:
         self.reasons.setdefault(node, reason)

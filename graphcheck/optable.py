@@ -42,7 +42,7 @@ from graphcheck.locality import (
 )
 from graphcheck.ops import op_name
 
-__all__ = ["TABLE", "transfer", "unknown"]
+__all__ = ["TABLE", "table_markdown", "transfer", "unknown"]
 
 
 def unknown(interp: Interp, node: torch.fx.Node) -> Val:
@@ -650,6 +650,8 @@ def _over_tokens(interp, node, src: Val, dims: list[int], keep: bool):
     toks = [src.toks[i] if i not in dims else None for i in left]
     if not reduced:
         return Val(tuple(toks), **carry([src]), **moved_pairs(src, _renumber(left)))
+    if (earlier := interp.passed_on(node, [src])) is not None:
+        return earlier.with_(toks=tuple(toks))
     guard = src.guard
     neutral = _GUARD_NEUTRAL.get(base)
     ok = len(reduced) == 1 and guard is not None and reduced[0] in (guard.row, guard.col)
@@ -700,6 +702,8 @@ def softmax(interp: Interp, node: torch.fx.Node) -> Val:
     dim = norm_dim(node.args[1], len(src.toks))
     if src.toks[dim] is None:
         return src.with_(kind=None)
+    if (earlier := interp.passed_on(node, [src])) is not None:
+        return earlier
     guard = src.guard
     masked = guard is not None and guard.fill == Fill.NEGINF and dim in (guard.row, guard.col)
     if masked and src.dep <= Dep.DOC and len(src.token_dims) == 2:
@@ -744,19 +748,17 @@ aten.half.default aten.positive.default aten.fill.Scalar aten.fill.Tensor
 aten.hardtanh.default aten.leaky_relu.default aten.elu.default aten.mish.default
 aten.logit.default aten.atan.default aten.cosh.default aten.sinh.default
 aten.dropout.default aten.native_dropout.default aten.bernoulli.p aten.bernoulli.default
-aten.one_hot.default op:<built-in function add> op:<built-in function sub>
-op:<built-in function mul> op:<built-in function truediv>
-op:<built-in function floordiv> op:<built-in function neg>
+aten.one_hot.default
 """
 _STRUCTURAL = """
 aten.sym_size.int aten.sym_numel.default aten.sym_stride.int
 aten.sym_storage_offset.default aten._assert_tensor_metadata.default
 aten._assert_scalar.default aten.sym_constrain_range_for_size.default
 aten.sym_constrain_range.default aten._assert_async.msg aten._assert_async.default
-aten._functional_assert_async.msg op:<built-in function eq> op:<built-in function ne>
-op:<built-in function ge> op:<built-in function le> op:<built-in function gt>
-op:<built-in function lt> op:sym_max op:sym_min op:sym_not op:sym_float op:sym_int
-op:sym_sqrt op:sym_ite op:<built-in function mod> op:<built-in function pow>
+aten._functional_assert_async.msg op:eq op:ne
+op:ge op:le op:gt
+op:lt op:sym_max op:sym_min op:sym_not op:sym_float op:sym_int
+op:sym_sqrt op:sym_ite op:mod op:pow op:add op:sub op:mul op:truediv op:floordiv op:neg
 """
 _FACTORY = """
 aten.zeros.default aten.ones.default aten.empty.memory_format aten.full.default
@@ -809,6 +811,15 @@ _FAMILIES = [
         softmax,
     ),
 ]
+
+
+def table_markdown() -> str:
+    """The op table as Markdown, one row per family (``docs/soundness.md`` holds it)."""
+    rows = ["| family | ops |", "|---|---|"]
+    for names, fn in _FAMILIES:
+        ops = ", ".join(f"`{n.removeprefix('op:')}`" for n in sorted(names.split()))
+        rows.append(f"| `{fn.__name__.strip('_')}` | {ops} |")
+    return "\n".join(rows) + "\n"
 
 
 def _assemble() -> dict:

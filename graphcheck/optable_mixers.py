@@ -138,6 +138,8 @@ def _einsum(interp, node, vals: list[Val], letters: list[str], out: str) -> Val:
                 return interp.leak(node, "contracts tensors whose token dimensions do not line up")
     summed = [letter for letter in tok_of if letter not in out]
     toks = tuple(tok_of.get(letter) for letter in out)
+    if summed and (earlier := interp.passed_on(node, vals)) is not None:
+        return earlier.with_(toks=toks)
     if not summed:
         return Val(toks, **carry(vals), guard=_kept_guard(vals, letters, out))
     if len(summed) == 1 and _masked(vals, letters, summed[0], out):
@@ -197,6 +199,8 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
     if src.toks[dim] is None:
         kind = Kind.OFFSETS if src.kind == Kind.COUNTS else None
         return src.with_(kind=kind, guard=None)
+    if (earlier := interp.passed_on(node, [src])) is not None:
+        return earlier
     if src.kind == Kind.DOCSTART:
         origin = interp.fabricate(node, "document ids counted over the packed row")
         return Val(src.toks, kind=Kind.DOCID, absolute=origin)
@@ -254,7 +258,9 @@ def nonzero(interp: Interp, node: torch.fx.Node) -> Val:
     if src is None or not src.token_dims:
         return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([src]))
     if src.dep > Dep.DOC or src.leaks:
-        return interp.leak(node, "selects tokens by a predicate that mixes documents")
+        return interp.passed_on(node, [src]) or interp.leak(
+            node, "selects tokens by a predicate that mixes documents"
+        )
     interp.reasons.setdefault(node, "positions of selected tokens used as data")
     toks = (Tok(f"G:{node.name}"), None)
     return Val(toks, Dep.LEAK, leaks=frozenset({node}), kind=Kind.SELECT, ref=node, extra=src.toks)
@@ -268,8 +274,10 @@ def where_indices(interp: Interp, node: torch.fx.Node) -> tuple:
     if src is None or not src.token_dims:
         return tuple(Val((None,), **carry([src])) for _ in outs)
     if src.dep > Dep.DOC or src.leaks:
-        return tuple(interp.leak(node, "selects tokens by a predicate that mixes documents")
-                     for _ in outs)  # fmt: skip
+        one = interp.passed_on(node, [src]) or interp.leak(
+            node, "selects tokens by a predicate that mixes documents"
+        )
+        return tuple(one for _ in outs)
     interp.reasons.setdefault(node, "positions of selected tokens used as data")
     tok = Tok(f"G:{node.name}")
     return tuple(
@@ -678,8 +686,8 @@ def sdpa(interp: Interp, node: torch.fx.Node):
     proven = (
         g is not None and g.fill in (Fill.ZERO, Fill.NEGINF) and {g.row, g.col} == {n - 2, n - 1}
     )
-    why = "attention without a document mask (is_causal or a mask that does not separate "
-    why += "documents): packed documents attend to each other"
+    why = "attention without a document mask (is_causal, or a mask that does not separate "
+    why += "documents)"
     data = [bound.get("query"), bound.get("key"), bound.get("value")]
     return _doc_attention(interp, node, data, proven, why)
 

@@ -1,0 +1,76 @@
+"""The op table: documented, covering every op the families and fixtures export, and
+failing closed on the rest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from harness import ROOT, spec
+from hfcache import explorer as hf_explorer
+
+import graphcheck
+from graphcheck.api import Explorer
+from graphcheck.ops import op_name
+from graphcheck.optable import TABLE, table_markdown
+
+FAMILIES = [
+    "llama",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "gemma3_text",
+    "gpt_oss",
+    "deepseek_v3",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
+]
+
+
+def test_soundness_doc_lists_the_table():
+    doc = (ROOT / "docs" / "soundness.md").read_text()
+    begin, end = "<!-- optable:begin -->\n", "<!-- optable:end -->"
+    listed = doc[doc.index(begin) + len(begin) : doc.index(end)]
+    assert listed == table_markdown(), "regenerate the op table in docs/soundness.md"
+
+
+def _unknown_ops(program) -> set[str]:
+    found = set()
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        known = op_name(target) in TABLE or isinstance(target, torch._ops.HigherOrderOperator)
+        custom = isinstance(target, torch._ops.OpOverload) and target.namespace != "aten"
+        if not known and not custom and "_." not in op_name(target):
+            found.add(op_name(target))
+        elif "_." in op_name(target) and op_name(target).replace("_.", ".", 1) not in TABLE:
+            found.add(op_name(target))
+    return found
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_table_covers_every_op_of_the_family(family):
+    program = hf_explorer(f"hf:{family}").program
+    assert _unknown_ops(program) == set()
+    assert program.leaks == {}, [(n.name, r) for n, r in program.leaks.items()]
+
+
+def test_table_covers_the_reference_decoder():
+    program = Explorer(spec("reference:reference")).program
+    assert _unknown_ops(program) == set()
+
+
+def test_an_unknown_op_on_tokens_fails_closed():
+    report = graphcheck.cut_map(spec("locality:unknown_op_on_tokens"))
+    (finding,) = {d.message for d in report.diagnostics if d.code == "GC401"}
+    assert "not in graphcheck's op table" in finding
+
+
+def test_an_unknown_op_off_tokens_is_not_a_finding():
+    assert graphcheck.cut_map(spec("locality:unknown_op_on_weights")).codes == set()
+
+
+def test_a_reduction_over_features_is_token_wise_and_over_tokens_leaks():
+    assert graphcheck.cut_map(spec("locality:feature_mean")).codes == set()
+    assert "GC401" in graphcheck.cut_map(spec("locality:token_mean")).codes
