@@ -12,7 +12,10 @@ the model as its factory does (the model the builder takes), applies the kernel
 stand-ins and the builder, exports the stage and analyses it. No state left by
 building or exporting the uncut model or another stage reaches it: class-level
 counters, caches filled by a first caller and module-level flags set at trace
-time start as a rank finds them. A model given as a Python object cannot be
+time start as a rank finds them. The builder takes a model built in that same
+process, as on a rank that builds the model and then takes its stage: a builder
+that constructs fresh layers finds a class counter where building the model left
+it. A model given as a Python object cannot be
 rebuilt elsewhere; its stages are built in this process and the report says so
 (``isolated: false``).
 
