@@ -9,6 +9,7 @@ from harness import FIXTURES, spec
 
 import graphcheck
 from graphcheck.cli import main
+from graphcheck.errors import ModelLoadError
 from graphcheck.load import resolve_factory
 from graphcheck.report import Report
 
@@ -91,3 +92,19 @@ def test_raising_stage_builder_is_one_line_exit_2(capsys):
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("graphcheck: error: ")
     assert "RuntimeError: no device mesh for stage 1" in err and "stage 1" in err
+
+
+def test_raising_stage_builder_in_process_is_a_model_load_error():
+    factory = resolve_factory(spec("build_state:counted_twin"))
+    build = resolve_factory(f"{BUILDERS}:raising")
+    with pytest.raises(ModelLoadError, match=r"raised RuntimeError: no device mesh") as err:
+        graphcheck.verify(factory, [4], stage_builder=build)
+    assert "\n" not in str(err.value) and "stage 1" in str(err.value)
+
+
+def test_stage_without_a_layer_container_is_one_line_exit_2(capsys):
+    model = spec("build_state:counted_twin")
+    code = main(["verify", model, "--cuts", "4", "--stage-builder", builder("layerless")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "layer container" in err and "get_pp_module_config" in err
