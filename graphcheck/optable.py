@@ -291,6 +291,8 @@ def _candidate(interp, node, operands, which: str) -> Pair | None:
 def _created(interp, node, base: str, operands, which: str) -> Pair | None:
     """``doc[:, None] == doc[None, :]`` makes a guard; ``idx[:, None] >= idx[None, :]``
     a triangle."""
+    if base not in ("eq", "ne", "gt", "ge", "lt", "le"):
+        return None
     tensors = [a for a in operands if isinstance(a, torch.fx.Node)]
     if len(tensors) != 2:
         return None
@@ -452,25 +454,50 @@ def view(interp: Interp, node: torch.fx.Node) -> Val:
 
 def _groups(before, after):
     """Pairs ``(input dims, output dims)`` of equal size products, in order; ``None``
-    when the sizes do not pair up."""
-    a, b = [_sym(s) for s in before], [_sym(s) for s in after]
+    when the sizes do not pair up. Sizes are compared by their example values first
+    (cheap), and equal products are confirmed symbolically."""
+    a, b = [_Size(s) for s in before], [_Size(s) for s in after]
     groups, i, j = [], 0, 0
     while i < len(a) and j < len(b):
         ins, outs, pa, pb = [i], [j], a[i], b[j]
         i, j = i + 1, j + 1
-        while not _same(pa, pb):
-            if _less(pa, pb) and i < len(a):
+        while not pa.same(pb):
+            if pa.hint < pb.hint and i < len(a):
                 pa, ins, i = pa * a[i], [*ins, i], i + 1
             elif j < len(b):
                 pb, outs, j = pb * b[j], [*outs, j], j + 1
             else:
                 return None
         groups.append((ins, outs))
-    if any(_sym(before[k]) != 1 for k in range(i, len(a))):
-        return None
-    if any(_sym(after[k]) != 1 for k in range(j, len(b))):
+    if any(a[k].hint != 1 for k in range(i, len(a))) or any(
+        b[k].hint != 1 for k in range(j, len(b))
+    ):
         return None
     return groups
+
+
+class _Size:
+    """A dim size as its symbolic expression and its example value."""
+
+    __slots__ = ("expr", "hint")
+
+    def __init__(self, size, hint=None) -> None:
+        if isinstance(size, torch.SymInt):
+            self.expr, hint = size.node.expr, size.node.hint
+        else:
+            self.expr = size
+        self.hint = hint if hint is not None else (size if isinstance(size, int) else 1009)
+
+    def __mul__(self, other: _Size) -> _Size:
+        out = _Size(self.expr * other.expr, self.hint * other.hint)
+        return out
+
+    def same(self, other: _Size) -> bool:
+        if self.hint != other.hint:
+            return False
+        if isinstance(self.expr, int) and isinstance(other.expr, int):
+            return self.expr == other.expr
+        return self.expr == other.expr or sympy.expand(self.expr - other.expr) == 0
 
 
 def _sym(size):
@@ -479,12 +506,6 @@ def _sym(size):
 
 def _same(x, y) -> bool:
     return x == y or sympy.expand(x - y) == 0
-
-
-def _less(x, y) -> bool:
-    """``x < y`` with every symbol at a large hint (sizes are at least 2)."""
-    hint = {s: 1009 for s in (x - y).free_symbols}
-    return bool((x - y).subs(hint) < 0)
 
 
 def _map_group(src: Val, before, after, ins, outs, toks, mapping) -> None:
