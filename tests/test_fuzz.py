@@ -7,7 +7,7 @@ casts, bitcasts, and fabricated positions. Each example is proven at one random 
 when the static verdict is PASS, ``graphcheck gate`` runs it on real bf16 weights and
 must show equal bytes (staged against uncut) and document isolation.
 
-``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples (default 24, about a minute);
+``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples (default 20, about a minute);
 ``GRAPHCHECK_FUZZ_SHRINK=1`` lets hypothesis shrink a failure to a minimal recipe
 (slow: every step is an export). ``benchmarks/fuzz.py`` runs many examples and lists
 every disagreement instead of stopping at the first.
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from adversarial import MIXERS, PARTS, REGRESSIONS, TOKENWISE, Recipe
+from adversarial import ISOLATING, PARTS, REGRESSIONS, Recipe
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +31,7 @@ from graphcheck.byte_gate import Gate
 from graphcheck.errors import GraphcheckError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "24"))
+EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "20"))
 SHRINK = bool(os.environ.get("GRAPHCHECK_FUZZ_SHRINK"))
 # the gate's mode: "processes" (the uncut model and every stage each built in a fresh
 # process, the ground truth) or "graph" (the exported graph split in this process)
@@ -41,11 +41,14 @@ PHASES = tuple(Phase) if SHRINK else tuple(p for p in Phase if p != Phase.shrink
 
 @st.composite
 def layer_parts(draw, written: bool) -> tuple[str, ...]:
-    """1-3 parts; a buffer is read only after a write (an earlier layer or part), so
+    """1-2 parts; a buffer is read only after a write (an earlier layer or part), so
     no example depends on state left by the call before it."""
-    kinds = st.sampled_from(PARTS) | st.sampled_from(TOKENWISE + MIXERS)
+    # three draws in four from the parts that keep documents apart: a static PASS (the
+    # only verdict the gate can contradict) needs every part of the model to be one
+    safe = st.sampled_from(sorted(ISOLATING))
+    kinds = st.one_of(safe, safe, safe, st.sampled_from(PARTS))
     parts = []
-    for kind in draw(st.lists(kinds, min_size=1, max_size=3)):
+    for kind in draw(st.lists(kinds, min_size=1, max_size=2)):
         if kind == "buffer_read" and not written:
             kind = "linear"
         written = written or kind == "buffer_write"
@@ -63,7 +66,8 @@ def examples(draw):
         written = written or "buffer_write" in parts
         layers.append(parts)
     pairs = st.tuples(st.integers(0, num_layers - 1), st.integers(0, num_layers - 1))
-    skips = draw(st.lists(pairs.filter(lambda p: p[0] < p[1]), max_size=1))
+    skip = st.lists(pairs.filter(lambda p: p[0] < p[1]), min_size=1, max_size=1)
+    skips = draw(st.one_of(st.just([]), st.just([]), st.just([]), skip))
     recipe = Recipe(
         layers=tuple(layers),
         positions=draw(st.sampled_from(("ids", "ids", "ids", "arange"))),
