@@ -80,6 +80,9 @@ def _flex(interp: Interp, node: torch.fx.Node):
     mask_mod = _module(interp, block_mask[-1]) if block_mask else None
     data = [interp.val(a) for a in (q, k, v)]
     proven = mask_mod is not None and _same_document(interp, mask_mod, list(buffers))
+    if proven and _full_blocks(block_mask):
+        why = "flex attention with full blocks, where the mask_mod is not applied"
+        return _leaked(interp, node, why, data)
     val = node.meta.get("val")
     if not proven or any(d is not None and (d.dep > Dep.DOC or d.leaks) for d in data):
         why = "flex attention whose mask_mod does not compare document ids of both tokens"
@@ -88,6 +91,19 @@ def _flex(interp: Interp, node: torch.fx.Node):
         result = result or Val(meta_toks(val[0], interp.tokens), **carry(data))
     else:
         result = Val(meta_toks(val[0], interp.tokens), **{**carry(data), "dep": Dep.DOC})
+    return tuple(result for _ in val) if isinstance(val, tuple | list) else result
+
+
+def _full_blocks(block_mask) -> bool:
+    """The ``BlockMask`` lists blocks taken whole, skipping the ``mask_mod`` there
+    (``full_kv_num_blocks`` / ``full_kv_indices``): the proof of the mask_mod does not
+    cover them. graphcheck's ``create_block_mask`` stand-in makes none."""
+    return len(block_mask) > 5 and any(b is not None for b in block_mask[4:6])
+
+
+def _leaked(interp: Interp, node: torch.fx.Node, why: str, data):
+    val = node.meta.get("val")
+    result = interp.leak(node, why, meta_toks(val[0], interp.tokens), inputs=data)
     return tuple(result for _ in val) if isinstance(val, tuple | list) else result
 
 

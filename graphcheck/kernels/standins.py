@@ -15,7 +15,8 @@ when the export ends.
 
 The built-in stand-ins cover the linear-attention layers of the transformers
 families ``qwen3_next``, ``qwen3_5`` and ``qwen3_5_moe``
-(``torch_chunk_gated_delta_rule``, ``causal_conv1d_fn``).
+(``torch_chunk_gated_delta_rule``, ``causal_conv1d_fn``), and FlexAttention's
+``create_block_mask`` (one partial block: the ``mask_mod`` decides every pair).
 
 A *kernels file* (``--kernels FILE.py``) adds stand-ins. It must define
 ``STAND_INS``, a dict from target to replacement callable; it may define its
@@ -90,18 +91,41 @@ def causal_conv1d_fn(
     return ops.causal_conv1d(x, weight, bias, cu_seqlens, activation)
 
 
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", **kwargs):
+    """``create_block_mask`` as one partial block covering the whole score matrix:
+    ``mask_mod`` is applied to every query-key pair, so the attention is the same as
+    with the block-sparse mask (which only skips blocks the mask_mod rejects whole and
+    skips the mask_mod on blocks it accepts whole). Counting blocks over a symbolic T
+    guards T; one block does not."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    batch, heads = B or 1, H or 1
+    ones = torch.ones(batch, heads, 1, dtype=torch.int32, device=device)
+    zeros = torch.zeros(batch, heads, 1, 1, dtype=torch.int32, device=device)
+    return BlockMask.from_kv_blocks(
+        ones, zeros, BLOCK_SIZE=(_ONE_BLOCK, _ONE_BLOCK), mask_mod=mask_mod,
+        seq_lengths=(Q_LEN, KV_LEN),
+    )  # fmt: skip
+
+
+_ONE_BLOCK = 1 << 20  # longer than any packed row
 _HYBRIDS = (
     "transformers.models.qwen3_next.modeling_qwen3_next",
     "transformers.models.qwen3_5.modeling_qwen3_5",
     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
 )
-BUILTIN: tuple[StandIn, ...] = tuple(
+_HYBRID_STAND_INS = tuple(
     StandIn(f"{module}:{attr}", fn)
     for module in _HYBRIDS
     for attr, fn in (
         ("torch_chunk_gated_delta_rule", chunk_gated_delta_rule),
         ("causal_conv1d_fn", causal_conv1d_fn),
     )
+)
+BUILTIN: tuple[StandIn, ...] = (
+    *_HYBRID_STAND_INS,
+    StandIn("torch.nn.attention.flex_attention:create_block_mask", create_block_mask),
+    StandIn("create_block_mask", create_block_mask),
 )
 
 
@@ -156,6 +180,8 @@ def _targets(model: nn.Module, target: str):
     module_name, sep, attr = target.rpartition(":")
     names = [module_name] if sep else sorted({type(m).__module__ for m in model.modules()})
     for name in names:
+        if sep and name.startswith("torch.") and name not in sys.modules:
+            importlib.import_module(name)  # torch's own modules: import to patch them
         module = sys.modules.get(name)
         if module is not None and hasattr(module, attr):
             yield module, attr
