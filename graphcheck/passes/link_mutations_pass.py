@@ -114,11 +114,13 @@ class LinkMutationsPass:
         mutated = set(self.writes.values())
         first_reads = self._sweep(nodes, mutated)
         self._find_persisted(first_reads)
-        escaping = [w for w in self.writes if self._escapes(w)]
+        readers = self._readers()
+        escaping = [w for w in self.writes if self._escapes(w, readers)]
         escaping += [p.writer for p in self.persisted]
         self._flip(nodes, escaping)
 
     def inputs(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        """What ``node`` reads: its arguments, then the writes linked to it."""
         return [*node.all_input_nodes, *self.mutation_inputs.get(node, ())]
 
     def _sweep(self, nodes, mutated) -> dict[torch.fx.Node, list[torch.fx.Node]]:
@@ -161,15 +163,14 @@ class LinkMutationsPass:
         region = self.region.get(node)
         return region is not None and region.kind in _PINNED
 
-    def _escapes(self, write: torch.fx.Node) -> bool:
+    def _escapes(self, write: torch.fx.Node, readers) -> bool:
         """A stage-local write whose non-activation value reaches another region."""
         if not self._pinned(write) or self.role.get(write) not in _FLIPPABLE:
             return False
         home, todo, done = self.region[write], [write], set()
-        users = self._users()
         while todo:
             node = todo.pop()
-            for user in users.get(node, ()):
+            for user in readers.get(node, ()):
                 if user in done or op_name(user.target) in METADATA_ONLY:
                     continue
                 done.add(user)
@@ -179,16 +180,15 @@ class LinkMutationsPass:
                     todo.append(user)
         return False
 
-    def _users(self) -> dict[torch.fx.Node, list[torch.fx.Node]]:
-        if not hasattr(self, "_user_map"):
-            users: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-            for node, extra in self.mutation_inputs.items():
-                for write in extra:
-                    users.setdefault(write, []).append(node)
-            for node in self.region:
-                users.setdefault(node, []).extend(node.users)
-            self._user_map = users
-        return self._user_map
+    def _readers(self) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+        """Node -> what reads it: its users and the reads linked to it."""
+        readers: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for node, extra in self.mutation_inputs.items():
+            for write in extra:
+                readers.setdefault(write, []).append(node)
+        for node in self.region:
+            readers.setdefault(node, []).extend(node.users)
+        return readers
 
     def _flip(self, nodes: list[torch.fx.Node], sources: Iterable[torch.fx.Node]) -> None:
         """Make ``sources`` and every tensor computed from them activations."""
