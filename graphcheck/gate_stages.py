@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from graphcheck.cpu_reference import cpu_kernels
-from graphcheck.equivalence import _mapping
+from graphcheck.equivalence import stage_layout
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.export import accepted_inputs
 from graphcheck.hf import hf_factory, is_hf_spec
@@ -272,29 +272,50 @@ def build_stage(recipe: Recipe, index: int, layers: list[int], num_stages: int):
         raise _Failed("error", message) from err
     if not isinstance(module, nn.Module):
         raise _Failed("error", f"stage builder returned {type(module).__name__} for stage {index}")
-    return module.eval(), global_names(module, recipe.layout, layers)
-
-
-def global_names(module: nn.Module, layout: Layout, layers: list[int]) -> dict[str, str]:
-    """Stage parameter/buffer name -> its name in the uncut model (renumbered layers
-    mapped back to their global index); names of layers it cannot map are left out."""
-    prefix = layout.layer_prefix + "."
     try:
-        keys, _ = _mapping(module.get_submodule(layout.layer_prefix), layout.layer_prefix, layers)
-    except AttributeError:
-        keys = {}
+        names = global_names(module, recipe.layout, layers, model)
+    except GraphcheckError as err:
+        raise _Failed("error", f"stage {index}: {err}") from err
+    return module.eval(), names
+
+
+def _own_layout(
+    module: nn.Module, layout: Layout, layers: list[int], model: nn.Module | None
+) -> tuple[Layout, Callable[[str], str]]:
+    """The stage's own layout (:func:`graphcheck.equivalence.stage_layout`), its container
+    keys mapped to the stage's global layers the uncut model has (a pruned model holds
+    ``None`` in some slots); all the stage's layers when that maps nothing (a builder
+    that constructs the missing layers)."""
+    known = set(layout.layer_keys.values())
+    present = [g for g in layers if g in known]
+    own, rename = stage_layout(module, layout, present, model)
+    if not own.layer_keys and present != list(layers):
+        own, rename = stage_layout(module, layout, list(layers), model)
+    return own, rename
+
+
+def global_names(
+    module: nn.Module, layout: Layout, layers: list[int], model: nn.Module | None = None
+) -> dict[str, str]:
+    """Stage parameter/buffer name -> its name in the uncut model, through the stage's
+    own layout: its layer container (found by identity with ``model``'s, its own
+    ``get_pp_module_config()``, the model's prefix or a path ending the same way) with
+    renumbered layers mapped back to their global index, other modules moved to the
+    uncut model's root. Names of layers it cannot map are left out. Raises
+    :class:`graphcheck.errors.LayoutError` when the stage has no layer container."""
+    own, rename = _own_layout(module, layout, layers, model)
+    prefix = own.layer_prefix + "."
     uncut = {g: k for k, g in layout.layer_keys.items()}
     names = {}
     tensors = [n for n, _ in module.named_parameters(remove_duplicate=False)]
     tensors += [n for n, _ in module.named_buffers(remove_duplicate=False)]
     for name in tensors:
-        target = name
-        if name.startswith(prefix):
-            key, _, rest = name[len(prefix) :].partition(".")
-            if keys.get(key) not in uncut:
-                continue
-            target = f"{prefix}{uncut[keys[key]]}.{rest}"
-        names[name] = target
+        if not name.startswith(prefix):
+            names[name] = rename(name)
+            continue
+        key, _, rest = name[len(prefix) :].partition(".")
+        if own.layer_keys.get(key) in uncut:
+            names[name] = f"{layout.layer_prefix}.{uncut[own.layer_keys[key]]}.{rest}"
     return names
 
 
