@@ -78,7 +78,7 @@ def _flex(interp: Interp, node: torch.fx.Node):
     q, k, v, _score, block_mask = node.args[:5]
     buffers = node.args[8] if len(node.args) > 8 else ()
     mask_mod = _module(interp, block_mask[-1]) if block_mask else None
-    data = [interp.val(a) for a in (q, k, v)]
+    data = [interp.val(a) for a in (q, k, v, *buffers) if isinstance(a, torch.fx.Node)]
     proven = mask_mod is not None and _same_document(interp, mask_mod, list(buffers))
     if proven and _full_blocks(block_mask):
         why = "flex attention with full blocks, where the mask_mod is not applied"
@@ -90,7 +90,10 @@ def _flex(interp: Interp, node: torch.fx.Node):
         result = interp.leak(node, why, toks, inputs=data) if not proven else None
         result = result or Val(meta_toks(val[0], interp.tokens), **carry(data))
     else:
-        result = Val(meta_toks(val[0], interp.tokens), **{**carry(data), "dep": Dep.DOC})
+        qkv = [interp.val(a) for a in (q, k, v)]  # the proven mask only compares its buffers
+        absolute = carry(qkv)["absolute"]
+        deps = {**carry(data), "dep": Dep.DOC, "absolute": absolute}
+        result = Val(meta_toks(val[0], interp.tokens), **deps)
     return tuple(result for _ in val) if isinstance(val, tuple | list) else result
 
 

@@ -688,7 +688,7 @@ def sdpa(interp: Interp, node: torch.fx.Node):
     )
     why = "attention without a document mask (is_causal, or a mask that does not separate "
     why += "documents)"
-    data = [bound.get("query"), bound.get("key"), bound.get("value")]
+    data = [bound.get("query"), bound.get("key"), bound.get("value"), bound.get("attn_mask")]
     return _doc_attention(interp, node, data, proven, why)
 
 

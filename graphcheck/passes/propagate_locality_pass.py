@@ -25,7 +25,7 @@ import operator
 import torch
 import torch.fx
 
-from graphcheck.locality import Dep, Kind, Val
+from graphcheck.locality import Dep, Kind, Val, carry
 from graphcheck.ops import is_view_node
 from graphcheck.optable import Interp, meta_toks, transfer
 from graphcheck.passes.base import NodePass
@@ -49,6 +49,9 @@ class PropagateLocalityPass(NodePass, Interp):
         Interp.__init__(self, root, tokens)
         self.inputs = inputs
         self.mutated = _mutated_placeholders(root.graph)
+        self.order: dict[torch.fx.Node, int] = {}
+        self.alias_root: dict[torch.fx.Node, torch.fx.Node] = {}  # view or write -> storage root
+        self.stored: dict[torch.fx.Node, list] = {}  # root -> [(position, written value)]
         self.leaks: dict[torch.fx.Node, str] = {}
         self.fabricated: dict[torch.fx.Node, str] = {}
 
@@ -72,7 +75,26 @@ class PropagateLocalityPass(NodePass, Interp):
         self.vals[node] = Val(meta_toks(node.meta.get("val"), self.tokens))
 
     def call_function(self, node: torch.fx.Node) -> None:
+        """Reads through an alias see every write into its storage made after the alias
+        was taken; then the op's own transfer."""
+        self.order[node] = len(self.order)
+        for arg in node.all_input_nodes:
+            self._see_writes(arg)
+        writes_before = len(self.writes)
         self.vals[node] = transfer(self, node)
+        root = self.alias_root.get(node.args[0], node.args[0]) if node.args else None
+        if len(self.writes) > writes_before and isinstance(root, torch.fx.Node):
+            self.alias_root[node] = root
+            self.stored.setdefault(root, []).append((self.order[node], self.vals[node]))
+        elif is_view_node(node) and isinstance(node.args[0], torch.fx.Node):
+            self.alias_root[node] = self.alias_root.get(node.args[0], node.args[0])
+
+    def _see_writes(self, arg: torch.fx.Node) -> None:
+        root = self.alias_root.get(arg, arg)
+        later = [v for pos, v in self.stored.get(root, ()) if pos > self.order.get(arg, -1)]
+        current = self.vals.get(arg)
+        if later and isinstance(current, Val):
+            self.vals[arg] = current.with_(**carry([current, *later]), kind=None)
 
     def output(self, node: torch.fx.Node) -> None:
         for arg in node.all_input_nodes:
