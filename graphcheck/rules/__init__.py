@@ -23,8 +23,9 @@ GC302 layer-identity-lost             a stage's layers lost their global indices
                                       (warning)
 GC303 stage-program-differs           embedding, prelude side inputs, norm+head or
                                       the stage hand-off differ
-GC401 varlen-metadata-not-consumed    a sequence-mixing op ignores document boundaries
-GC402 positions-fabricated            positions or masks derived from T, not position_ids
+GC401 varlen-metadata-not-consumed    an op mixes tokens across packed documents
+GC402 positions-fabricated            an absolute token index reaches values instead
+                                      of position_ids
 GC403 shape-specialized               export specialised or guarded T / N
 GC501 non-bf16-parameter              a stage parameter outside the allowlist is not bf16
 ==== ================================ ==============================================
