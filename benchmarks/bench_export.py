@@ -1,7 +1,8 @@
 """Export cost: graphcheck against bare ``torch.export.export``.
 
 For each fixture, time a bare non-strict export (same fake weights, same
-symbolic inputs) and a full ``graphcheck map`` (export + analysis of every
+symbolic inputs, stand-ins and ``torch.no_grad()`` as graphcheck's own export) and a
+full ``graphcheck map`` (export + analysis of every
 boundary) and ``graphcheck verify`` at a mid cut; print the ratios. Each
 figure is the best of ``--repeat`` runs.
 
@@ -51,7 +52,8 @@ def bare_export(name: str) -> float:
     names, wrap = accepted_inputs(model)
     if wrap:  # torch rejects dynamic_shapes on **kwargs
         model.forward = _explicit_forward(model, names)
-    with mode, default_dtype(torch.float32), patched(model, BUILTIN):
+    # the export graphcheck runs: same inputs and stand-ins, without grad (see export.py)
+    with mode, default_dtype(torch.float32), patched(model, BUILTIN), torch.no_grad():
         args = tuple(example_inputs(names).values())
         shapes = tuple(_dynamic_shapes(names, auto=False).values())
         start = time.perf_counter()
