@@ -19,8 +19,10 @@ running what ranks run:
 4. **each stage runs in its own fresh process**
    (:mod:`graphcheck.gate_stages`): it builds the model, applies the stage
    builder (``keep-index`` by default, ``hf_slice`` for ``hf:`` models), loads
-   its weights from the checkpoint (renumbered layers mapped back to their
-   global index) and receives only the previous stage's output as bf16 bytes.
+   its weights from the checkpoint through the stage's own layout
+   (:func:`graphcheck.equivalence.stage_layout`: a stage module that wraps or
+   unwraps the model, renumbered layers mapped back to their global index) and
+   receives only the previous stage's output as bf16 bytes.
    So class-level counters, first-caller caches and flags set by an earlier
    layer show up as differing bytes, as they do on ranks. The last stage's
    logits are compared with ``torch.equal``;

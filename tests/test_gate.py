@@ -36,7 +36,9 @@ import graphcheck
 from graphcheck.byte_gate import Gate, GateError
 from graphcheck.cli import main
 from graphcheck.cpu_reference import cpu_kernels
-from graphcheck.errors import UsageError
+from graphcheck.errors import LayoutError, UsageError
+from graphcheck.gate_stages import global_names
+from graphcheck.layout import detect_layout
 from graphcheck.load import default_dtype
 from graphcheck.packed import PackedBatch, parse_docs
 
@@ -59,7 +61,7 @@ GRAPH = {
     "violations:sdpa_doc_mask", "violations:pp_config", "violations:hidden_residual_pair",
     "violations:fp32_twin", "violations:skip_connection", "violations:collected_outputs",
     "violations:reversed_layers", "violations:eager_causal_only",
-    "violations:specialized_length", "violations:none_layers",
+    "violations:specialized_length",
 }  # fmt: skip
 
 
@@ -180,6 +182,78 @@ def test_hybrid_family_runs_on_the_stand_in_kernels():
     runner = Gate("hf:qwen3_next", explorer=hf_explorer("hf:qwen3_next"))
     report = runner.run([3, 6], docs=(11, 4, 9), mode="graph")
     assert report.static_verdict == "pass" and report.verdict == "pass"
+
+
+STATE_BUILDERS = spec("build_state:wrapped").rpartition(":")[0]
+
+
+@pytest.mark.parametrize("builder", ["wrapped", "unwrapped"])
+def test_cli_stage_module_that_moves_the_layers_loads_its_weights(capsys, builder):
+    # layers at inner.model.layers (wrapped) or layers (unwrapped), model.layers in the
+    # model: weights map through the stage's own layout, by global name
+    code, out, err = run(capsys, "gate", spec("build_state:buffered"), "--cuts", "4",
+                         "--stage-builder", f"{STATE_BUILDERS}:{builder}", "--docs", "20,9",
+                         "--format", "json")  # fmt: skip
+    data = json.loads(out)
+    assert code == 0 and err == "" and data["run"] == "processes"
+    assert data["bytes"]["status"] == "equal"
+    assert data["isolation"]["status"] in ("bitwise", "tolerance")
+
+
+def test_wrapped_stage_module_steps_every_parameter_by_its_global_name():
+    report = gated("build_state:buffered", (3, 6), stage_builder=f"{STATE_BUILDERS}:wrapped",
+                   train=True)  # fmt: skip
+    assert report.bytes.status == "equal" and report.isolation.holds
+    assert report.train.status == "equal" and report.train.differing == []
+    assert report.train.parameters > 70 and report.verdict == "pass"
+
+
+def test_stage_module_without_a_layer_container_is_one_line_exit_2(capsys):
+    code, out, err = run(capsys, "gate", spec("build_state:buffered"), "--cuts", "4",
+                         "--stage-builder", f"{STATE_BUILDERS}:layerless",
+                         "--docs", "9,7")  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "layer container" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("builder", "layer", "head"),
+    [
+        ("wrapped", "inner.model.layers.5.mlp.up_proj.weight", "inner.lm_head.weight"),
+        ("unwrapped", "layers.5.mlp.up_proj.weight", "lm_head.weight"),
+        ("slice_layers", "model.layers.1.mlp.up_proj.weight", "lm_head.weight"),
+        ("own_layers", "model.layers.5.mlp.up_proj.weight", "lm_head.weight"),
+    ],
+)
+def test_stage_names_map_to_global_names_through_the_stage_layout(builder, layer, head):
+    import build_state
+
+    model = build_state.buffered()
+    layout = detect_layout(model)
+    stage = getattr(build_state, builder)(model, 1, [4, 5, 6, 7], 2)
+    names = global_names(stage, layout, [4, 5, 6, 7], model)
+    assert names[layer] == "model.layers.5.mlp.up_proj.weight"
+    assert names[head] == "lm_head.weight"
+    assert set(names.values()) <= set(_tensor_names(model))
+    assert set(names) == set(_tensor_names(stage))
+    with pytest.raises(LayoutError, match="layer container"):
+        global_names(build_state.layerless(model, 1, [4], 2), layout, [4], model)
+
+
+def _tensor_names(module) -> list[str]:
+    names = [n for n, _ in module.named_parameters(remove_duplicate=False)]
+    return names + [n for n, _ in module.named_buffers(remove_duplicate=False)]
+
+
+def test_model_with_none_layer_slots_runs_per_process():
+    # layers 5-7 are None in the model: a stage maps the layers the model holds
+    for cut in (3, 6):
+        report = gated("violations:none_layers", (cut,))
+        assert report.mode == "processes" and report.verdict == "pass"
+        assert report.bytes.status == "equal" and report.isolation.holds
+    renumbered = gated("violations:none_layers", (3,),
+                       stage_builder=f"{STATE_BUILDERS}:slice_layers")  # fmt: skip
+    assert renumbered.bytes.status == "equal" and renumbered.verdict == "pass"
 
 
 # --- state only ranks show: process per stage, --train ---------------------------------
