@@ -11,8 +11,10 @@ filled by a first caller, module-level flags set by an earlier layer).
   loads, runs the packed batch and each document alone (document isolation),
   and with ``train`` takes one forward+backward+SGD step and runs again.
 * :func:`run_stage` builds the model, applies the stage builder, loads the
-  stage's weights from the checkpoint (renumbered layers mapped back to their
-  global index) and runs the stage on the bf16 wire it received. With a
+  stage's weights from the checkpoint through the stage's own layout (its layer
+  container wherever the stage module holds it, renumbered layers mapped back
+  to their global index, slots the model leaves ``None`` skipped) and runs the
+  stage on the bf16 wire it received. With a
   gradient it recomputes its forward, back-propagates the wire's gradient,
   takes the SGD step and saves its parameters under their global names.
 
