@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast test-slow fuzz lint bench clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,21 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# `make test`: lint and every test but the slow sweeps (under 5 minutes on 2 cores).
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not slow"
+
+# The inner loop: no lint, stop at the first failure.
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow" -x
+
+# The slow sweeps: every family at every cut, stage processes, gate agreement (CI runs them).
+test-slow: $(STAMP)
+	$(BIN)/pytest -m slow
+
+# The differential fuzzer at length: thousands of composed decoders against the gate.
+fuzz: $(STAMP)
+	GRAPHCHECK_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/test_fuzz.py -k static_pass
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py

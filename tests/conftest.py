@@ -1,5 +1,59 @@
+"""Shared test set-up: import paths, and which tests are the slow sweeps.
+
+``make test`` runs everything but the sweeps below (``-m "not slow"``); ``make test-slow``
+runs the sweeps; CI runs both. A sweep is slow because it exports many models or runs
+many stage processes, not because it checks something the fast run does not touch:
+each class it covers has a representative in the fast run.
+"""
+
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+
+# node-id prefixes of the slow sweeps, and fast representatives kept out of them
+SLOW = (
+    "tests/test_families.py::",  # every family at every cut, and their option variants
+    "tests/test_optable.py::test_table_covers_every_op_of_the_family",
+    "tests/test_stages.py::test_allows_index_keeping_builders_at_every_cut",
+    "tests/test_stages.py::test_allows_rebuild_where_offset_is_a_multiple",
+    "tests/test_stages.py::test_real_hybrid_model",
+    "tests/test_build_state.py::test_allows_the_twin_without_hidden_state",
+    "tests/test_build_state.py::test_stage_module_that_moves_the_layer_container",
+    "tests/test_build_state.py::test_model_given_as_object",
+    "tests/test_build_state.py::test_identical_per_layer_buffers",
+    "tests/test_gate.py::test_static_pass_implies_equal_bytes",
+    "tests/test_gate.py::test_random_",
+    "tests/test_gate.py::test_hybrid_family_runs_on_the_stand_in_kernels",
+    "tests/test_gate.py::test_class_counter_that_does_not_restart",
+    "tests/test_gate.py::test_three_stages_hand_over_one_residual_each",
+    "tests/test_gate.py::test_stage_names_map_to_global_names",
+    "tests/test_dataflow.py::test_map_of_64_layers_uses_one_export",
+    "tests/test_dataflow.py::test_strict_export",
+    "tests/test_hf.py::test_full_size",
+    "tests/test_adversarial.py::test_static_pass_implies_gate_agrees",
+    "tests/test_soundness_dataflow.py::test_flags_a_data_dependent_size_tied_to_t",
+)
+FAST = (
+    "tests/test_families.py::test_dense_families_pass_at_every_legal_cut[llama]",
+    "tests/test_families.py::test_moe_families_pass_at_every_legal_cut[qwen3_moe]",
+    "tests/test_optable.py::test_table_covers_every_op_of_the_family[llama]",
+    "tests/test_optable.py::test_table_covers_every_op_of_the_family[qwen3_moe]",
+    "tests/test_gate.py::test_static_pass_implies_equal_bytes[reference:reference-4-None]",
+    "tests/test_gate.py::test_static_pass_implies_equal_bytes[violations:fp32_residual-3-differ]",
+    "tests/test_gate.py::test_static_pass_implies_equal_bytes[violations:skip_connection-1-blocked]",
+    "tests/test_gate.py::test_static_pass_implies_equal_bytes"
+    "[violations:ignores_cu_seqlens-4-isolation]",
+    "tests/test_adversarial.py::test_static_pass_implies_gate_agrees[roll_masked_shift-4]",
+    "tests/test_adversarial.py::test_static_pass_implies_gate_agrees[token_choice_moe-4]",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        nodeid = item.nodeid.replace("\\", "/")
+        if nodeid.startswith(SLOW) and nodeid not in FAST:
+            item.add_marker(pytest.mark.slow)
