@@ -104,7 +104,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", **kwargs):
     zeros = torch.zeros(batch, heads, 1, 1, dtype=torch.int32, device=device)
     return BlockMask.from_kv_blocks(
         ones, zeros, BLOCK_SIZE=(_ONE_BLOCK, _ONE_BLOCK), mask_mod=mask_mod,
-        seq_lengths=(Q_LEN, KV_LEN),
+        seq_lengths=(Q_LEN, KV_LEN), compute_q_blocks=False,
     )  # fmt: skip
 
 
