@@ -79,7 +79,7 @@ from graphcheck.gate_report import (
     IsolationCheck,
     TrainCheck,
 )
-from graphcheck.gate_stages import Recipe, pack, run_stage, run_uncut, unpack
+from graphcheck.gate_stages import Recipe, logits_of, pack, run_stage, run_uncut, unpack
 from graphcheck.hf import hf_factory, is_hf_spec
 from graphcheck.kernels import patched
 from graphcheck.load import default_dtype, parse_spec, resolve_factory
@@ -613,16 +613,10 @@ def _call(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
 
 
 def _logits(out) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    if isinstance(out, (tuple, list)):
-        for value in out:
-            if isinstance(value, torch.Tensor):
-                return value
-    raise GateError(f"the model returned {type(out).__name__}, not logits")
+    try:
+        return logits_of(out)
+    except Exception as err:
+        raise GateError(f"the model returned {type(out).__name__}, not logits") from err
 
 
 def _one_line(err: BaseException) -> str:

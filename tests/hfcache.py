@@ -14,6 +14,19 @@ from graphcheck.api import Explorer
 from graphcheck.checker import DEFAULT_ALLOW_FP32
 from graphcheck.report import Report
 
+# the ten transformers families of the coverage matrix
+FAMILIES = (
+    "llama",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "gemma3_text",
+    "gpt_oss",
+    "deepseek_v3",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
+)
 _DEFAULTS = {"settings": (), "stand_ins": True, "kernels": None, "allow_fp32": ()}
 
 

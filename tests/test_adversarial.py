@@ -30,19 +30,13 @@ from graphcheck.api import Explorer
 from graphcheck.byte_gate import Gate
 from graphcheck.cpu_reference import cpu_kernels
 from graphcheck.errors import GraphcheckError
+from graphcheck.export import VARLEN_INPUTS
 from graphcheck.gate_report import ISOLATION_TOLERANCE
 from graphcheck.packed import PackedBatch
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "adversarial.py"
 DOCS = (23, 9, 31, 4)  # T = 67 tokens in 4 documents
-INPUTS = (
-    "input_ids",
-    "position_ids",
-    "cu_seq_lens_q",
-    "cu_seq_lens_k",
-    "max_length_q",
-    "max_length_k",
-)
+INPUTS = VARLEN_INPUTS
 
 # Rows marked SLOW (a second fixture of a class the default rows already cover) run
 # with GRAPHCHECK_SLOW=1: every row costs two exports.

@@ -10,22 +10,11 @@ from __future__ import annotations
 
 import pytest
 from harness import ROOT
-from hfcache import custom_ops, cut_map, explorer
+from hfcache import FAMILIES, custom_ops, cut_map, explorer
 
 from graphcheck.errors import ExportError
 
-ALL = [
-    "llama",
-    "qwen3",
-    "qwen3_moe",
-    "mixtral",
-    "gemma3_text",
-    "gpt_oss",
-    "deepseek_v3",
-    "qwen3_next",
-    "qwen3_5",
-    "qwen3_5_moe",
-]
+ALL = list(FAMILIES)
 PASSING = ["llama", "qwen3", "qwen3_5"]
 MOE = ["qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3", "qwen3_next", "qwen3_5_moe"]
 

@@ -6,25 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 from harness import ROOT, spec
+from hfcache import FAMILIES
 from hfcache import explorer as hf_explorer
 
 import graphcheck
 from graphcheck.api import Explorer
 from graphcheck.ops import op_name
 from graphcheck.optable import TABLE, table_markdown
-
-FAMILIES = [
-    "llama",
-    "qwen3",
-    "qwen3_moe",
-    "mixtral",
-    "gemma3_text",
-    "gpt_oss",
-    "deepseek_v3",
-    "qwen3_next",
-    "qwen3_5",
-    "qwen3_5_moe",
-]
 
 
 def test_soundness_doc_lists_the_table():

@@ -37,7 +37,7 @@ import sympy
 import torch
 import torch.fx
 
-from graphcheck.ops import is_view_node
+from graphcheck.passes.link_mutations_pass import storage_root, written_arguments
 from graphcheck.program import Program
 
 __all__ = ["Blocked", "Handover", "NodeFailure", "RunStagesPass", "StagedRun"]
@@ -157,7 +157,7 @@ class RunStagesPass:
                 return need, standin, self._blocked(stage, node, home, received)
             need.add(node)
             todo.extend((arg, node) for arg in node.all_input_nodes)
-            todo.extend((writer, None) for writer in self.writers.get(_root(node), ()))
+            todo.extend((writer, None) for writer in self.writers.get(storage_root(node), ()))
         return need, standin, None
 
     def _blocked(self, stage: int, node, home: int | None, received) -> Blocked:
@@ -231,39 +231,12 @@ class RunStagesPass:
         return torch.zeros(shape, dtype=val.dtype)
 
 
-def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The arguments an in-place op writes into (``copy_(dst, src)``: ``dst``)."""
-    schema = getattr(node.target, "_schema", None)
-    if node.op != "call_function" or schema is None:
-        return []
-    found = []
-    for index, arg in enumerate(schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = node.args[index] if index < len(node.args) else node.kwargs.get(arg.name)
-        if isinstance(value, torch.fx.Node):
-            found.append(value)
-    return found
-
-
-def _root(node: torch.fx.Node) -> torch.fx.Node:
-    """The tensor whose storage ``node`` shares (through views and in-place ops)."""
-    while True:
-        written = _written(node)
-        if written:
-            node = written[0]
-        elif is_view_node(node) and isinstance(node.args[0], torch.fx.Node):
-            node = node.args[0]
-        else:
-            return node
-
-
 def _writers(order: list[torch.fx.Node]) -> dict[torch.fx.Node, list[torch.fx.Node]]:
     """Storage root -> the in-place ops that write into it."""
     writers: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for node in order:
-        for target in _written(node):
-            writers.setdefault(_root(target), []).append(node)
+        for target in written_arguments(node):
+            writers.setdefault(storage_root(target), []).append(node)
     return writers
 
 
