@@ -38,7 +38,7 @@ Fix
 
 from __future__ import annotations
 
-from graphcheck.diagnostics import Diagnostic
+from graphcheck.diagnostics import Diagnostic, module_path
 
 CODE = "GC401"
 NAME = "varlen-metadata-not-consumed"
@@ -46,13 +46,18 @@ SUMMARY = "an op mixes tokens across packed documents"
 
 
 def check(ctx) -> list[Diagnostic]:
+    """One finding per module and reason (a loop unrolled by export repeats an op)."""
     program = ctx.program
     order = {n: i for i, n in enumerate(program.graph.nodes)}
-    found = []
+    groups: dict[tuple[str, str], list] = {}
     for node, reason in sorted(program.leaks.items(), key=lambda kv: order.get(kv[0], -1)):
+        groups.setdefault((module_path(node) or "", reason), []).append(node)
+    found = []
+    for (_, reason), nodes in groups.items():
+        more = f" ({len(nodes)} such ops here)" if len(nodes) > 1 else ""
         message = (
-            f"{reason}: packed documents leak into each other; keep every token-mixing op "
-            "inside documents (varlen kernels with cu_seq_lens, masks from document ids)"
+            f"{reason}{more}: packed documents leak into each other; keep every token-mixing "
+            "op inside documents (varlen kernels with cu_seq_lens, masks from document ids)"
         )
-        found.append(Diagnostic.at(CODE, NAME, message, node=node))
+        found.append(Diagnostic.at(CODE, NAME, message, node=nodes[0]))
     return found
