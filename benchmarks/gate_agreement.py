@@ -1,15 +1,15 @@
 """The agreement table: the static verdict against executed bytes, fixture by cut.
 
-For every fixture of ``fixtures/reference.py`` and ``fixtures/violations.py``
-that exports (and, with ``--hf``, every tiny transformers family) and every cut
-0..L as the only cut, run ``graphcheck gate`` and print one Markdown row per run
-of consecutive cuts with the same outcome: static verdict and codes, staged
+For every fixture of ``fixtures/`` (reference, violations, adversarial,
+soundness_dataflow, gate_state, locality) that exports (and, with ``--hf``, every
+tiny transformers family) and every cut 0..L as the only cut, run ``graphcheck
+gate`` and print one Markdown row per run of consecutive cuts with the same outcome: static verdict and codes, staged
 bytes against the uncut model, document isolation. A few extra rows run a
 stage builder or a short batch. Each run is the default gate (the uncut model
 and every stage in a fresh process); a fixture whose stages the default
 builder cannot run (not pipeline-aware) falls back to the in-process
 partitioned graph, marked ``(graph)``. The script fails (exit 1) on any cell
-where the proof says PASS and the bytes differ.
+where the proof says PASS and the bytes differ or the documents leak.
 
     .venv/bin/python benchmarks/gate_agreement.py [--hf] [fixture ...]
 
@@ -32,8 +32,14 @@ from graphcheck.gate_report import GateReport
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
 
+import adversarial  # noqa: E402
+import gate_state  # noqa: E402
+import locality  # noqa: E402
 import reference  # noqa: E402
+import soundness_dataflow  # noqa: E402
 import violations  # noqa: E402
+
+MODULES = (reference, violations, adversarial, soundness_dataflow, gate_state, locality)
 
 SKIP = {"llama8b_shape", "export_fails", "factory_raises"}
 FAMILIES = [
@@ -50,7 +56,7 @@ EXTRA = [  # (fixture, cuts, options)
 
 def fixtures() -> list[str]:
     names = []
-    for module in (reference, violations):
+    for module in MODULES:
         for name in module.__all__:
             factory = getattr(module, name)
             if name in SKIP or not callable(factory) or not name[0].islower():
@@ -117,13 +123,20 @@ def run_one(gate: Gate, cuts: list[int], options: dict) -> GateReport:
         return gate.run(cuts, mode="graph", **options)
 
 
+def _contradicts(report: GateReport) -> bool:
+    """A static PASS whose bytes differ (or whose step differs) or whose documents leak."""
+    if report.static_verdict != "pass":
+        return False
+    return not report.agrees or not report.isolation.holds
+
+
 def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], int]:
     """One row per outcome (static verdict, bytes status, isolation status)."""
     groups: dict[tuple, list[tuple[int, GateReport]]] = {}
     disagreements = 0
     for cuts in plans:
         report = run_one(gate, cuts, options)
-        disagreements += not report.agrees
+        disagreements += _contradicts(report)
         key = (static_cell(report), report.bytes.status, report.isolation.status, report.mode)
         groups.setdefault(key, []).append((cuts[0], report))
     rows = []
@@ -156,7 +169,8 @@ def main() -> int:
             rows, disagreements = rows_for(Gate(spec(name)), plans, options, label)
             print("\n".join(rows), flush=True)
             bad += disagreements
-    print(f"\n{time.perf_counter() - start:.0f} s; static PASS with differing bytes: {bad}")
+    elapsed = time.perf_counter() - start
+    print(f"\n{elapsed:.0f} s; static PASS with differing bytes or leaking documents: {bad}")
     return 1 if bad else 0
 
 
