@@ -3,13 +3,14 @@
 For every fixture of ``fixtures/`` (reference, violations, adversarial,
 soundness_dataflow, gate_state, locality) that exports (and, with ``--hf``, every
 tiny transformers family) and every cut 0..L as the only cut, run ``graphcheck
-gate`` and print one Markdown row per run of consecutive cuts with the same outcome: static verdict and codes, staged
-bytes against the uncut model, document isolation. A few extra rows run a
-stage builder or a short batch. Each run is the default gate (the uncut model
-and every stage in a fresh process); a fixture whose stages the default
-builder cannot run (not pipeline-aware) falls back to the in-process
-partitioned graph, marked ``(graph)``. The script fails (exit 1) on any cell
-where the proof says PASS and the bytes differ or the documents leak.
+gate`` and print one Markdown row per run of consecutive cuts with the same
+outcome: static verdict and codes, staged bytes against the uncut model,
+document isolation. A few extra rows run a stage builder or a short batch. Each
+run is the default gate (the uncut model and every stage in a fresh process); a
+fixture whose stages the default builder cannot run (not pipeline-aware) falls
+back to the in-process partitioned graph, marked ``(graph)``. The script fails
+(exit 1) on any cell where the proof says PASS and the bytes differ or the
+documents leak.
 
     .venv/bin/python benchmarks/gate_agreement.py [--hf] [fixture ...]
 
