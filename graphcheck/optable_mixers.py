@@ -570,8 +570,8 @@ def shift(interp: Interp, node: torch.fx.Node) -> Val:
         return src.with_(dep=Dep.SPAN, leaks=pending, shift=(dims[0], 1, node), kind=None,
                          guard=None, tri=None)  # fmt: skip
     if dims:
-        return interp.leak(node, f"`{op_name(node.target)}` shifts tokens along the token "
-                           "dimension (token shift crosses document boundaries)")  # fmt: skip
+        return interp.leak(node, f"`{op_name(node.target)}` moves tokens along the token "
+                           "dimension onto other tokens' positions")  # fmt: skip
     return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([src]))
 
 
