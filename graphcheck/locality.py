@@ -173,7 +173,10 @@ class Interp:
     def leak(self, node: torch.fx.Node, reason: str, toks=None, inputs=None) -> Val:
         """``node`` itself mixes tokens across documents: a new origin, joined with
         the leaks of what it reads (``inputs``, all its operands by default)."""
-        toks = meta_toks(node.meta.get("val"), self.tokens) if toks is None else toks
+        if toks is None:
+            val = node.meta.get("val")
+            val = val[0] if isinstance(val, tuple | list) and val else val
+            toks = meta_toks(val, self.tokens)
         if inputs is None:
             inputs = [self.val(a) for a in node.all_input_nodes]
         upstream = union(v.leaks for v in inputs if v is not None and v.dep == Dep.LEAK)

@@ -372,7 +372,9 @@ def _gather_rows(interp, node, src: Val, dim: int, index: Val) -> Val:
         return Val(tuple(before + list(index.toks) + after), **{**deps, "absolute": absolute})
     tok = _row_tok(src.toks[dim], index)
     if tok is None or len(index.toks) != 1:
-        return interp.leak(node, "indexes the token dimension with data-dependent positions")
+        earlier = interp.passed_on(node, [src, index])
+        return earlier or interp.leak(node, "indexes the token dimension with data-dependent "
+                                      "positions")  # fmt: skip
     _ = n
     return src.with_(toks=tuple([*before, tok, *after]), guard=None, tri=None, kind=None)
 
@@ -495,6 +497,8 @@ def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
     tok = _row_tok(dst.toks[dim], idx)
     row_tok = rows.toks[dim] if dim < len(rows.toks) else None
     if tok is None or row_tok != tok:
+        if (earlier := interp.passed_on(node, [dst, idx, rows])) is not None:
+            return earlier.with_(toks=dst.toks)
         return interp.leak(node, "scatters rows into the token dimension at positions other than "
                            "those they were gathered from")  # fmt: skip
     return Val(dst.toks, **carry([dst, rows]))
