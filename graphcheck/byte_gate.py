@@ -226,13 +226,16 @@ class Gate:
 
     def _graph_outcome(self, plan: StagePlan, batch: PackedBatch, tolerance: float, clock):
         """Secondary mode: the uncut model and the partitioned exported graph, in here."""
+        state = {k: v.clone() for k, v in self.model.state_dict().items()}
         with self._running():
             with clock("uncut"):
                 uncut = _call(self.model, batch)
             with clock("staged"):
+                self.model.load_state_dict(state)
                 staged, handovers, blocked = self._graph_run(plan, batch)
             with clock("isolation"):
-                isolation = self._isolation(batch, uncut, tolerance)
+                isolation = self._isolation(batch, uncut, tolerance, state)
+        self.model.load_state_dict(state)
         check = _bytes_check(staged, uncut, batch, blocked)
         return _Outcome(uncut, check, isolation, handovers)
 
@@ -285,9 +288,11 @@ class Gate:
         logits = _graph_logits(program, result.outputs) if result.blocked is None else None
         return logits, result.handovers, result.blocked
 
-    def _isolation(self, batch: PackedBatch, packed: torch.Tensor, tolerance: float):
+    def _isolation(self, batch: PackedBatch, packed: torch.Tensor, tolerance: float, state):
+        """Each document alone, from the state the packed run started from."""
         found = []
         for index, (start, end) in enumerate(batch.spans):
+            self.model.load_state_dict(state)
             alone = _call(self.model, batch.document(index))
             mine = packed[:, start:end]
             found.append(None if _same(mine, alone) else _relative(mine, alone))

@@ -187,10 +187,13 @@ def _forward(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     return logits_of(model(**batch.inputs(names)))
 
 
-def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor) -> list:
-    """Per document: ``None`` when alone equals packed bitwise, else the relative diff."""
+def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor, state: dict) -> list:
+    """Per document: ``None`` when alone equals packed bitwise, else the relative diff.
+    Each document runs from ``state``, the weights and buffers the packed run started
+    from (a model that writes its buffers in place must not see its own earlier runs)."""
     found = []
     for index, (start, end) in enumerate(batch.spans):
+        model.load_state_dict(state)
         alone = _forward(model, batch.document(index))
         mine = packed[:, start:end]
         same = mine.shape == alone.shape and mine.dtype == alone.dtype
@@ -221,10 +224,12 @@ def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = Fa
     model = build_model(recipe)
     checkpoint = str(Path(workdir) / "uncut.pt")
     torch.save(model.state_dict(), checkpoint)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
     with cpu_kernels(), patched(model, _stand_ins(recipe)):
         with torch.no_grad():
             logits = _call(lambda: _forward(model, batch), "the model")
-            isolation = _call(lambda: _isolation(model, batch, logits), "the model")
+            isolation = _call(lambda: _isolation(model, batch, logits, state), "the model")
+            model.load_state_dict(state)
         result = {"logits": logits, "isolation": isolation, "checkpoint": checkpoint}
         if train:
             out = _call(lambda: _forward(model, batch), "the model")
