@@ -120,6 +120,17 @@ def factory(interp: Interp, node: torch.fx.Node) -> Val:
     return Val(meta_toks(node.meta.get("val"), interp.tokens), absolute=absolute)
 
 
+def scalar_tensor(interp: Interp, node: torch.fx.Node) -> Val:
+    """``torch.tensor(T)``: the packed length as a tensor (structural in ``cat([starts,
+    [T]])``, an absolute quantity anywhere else)."""
+    arg = node.args[0] if node.args else None
+    size = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    if isinstance(size, torch.SymInt) and str(size.node.expr) in interp.tokens:
+        origin = interp.fabricate(node, "the packed length T used as a value")
+        return Val((), kind=Kind.LENGTH, extra="T", absolute=origin)
+    return factory(interp, node)
+
+
 def arange(interp: Interp, node: torch.fx.Node) -> Val:
     """An ``arange`` over T is the absolute token index."""
     toks = meta_toks(node.meta.get("val"), interp.tokens)
@@ -551,6 +562,16 @@ def _prod(values) -> int | None:
     return int(out) if out.is_Integer else None
 
 
+def bitcast(interp: Interp, node: torch.fx.Node) -> Val:
+    """``x.view(dtype)`` reinterprets the bytes of the last dim: token-wise unless the
+    last dim runs over tokens (GC206 judges a bitcast on the wire)."""
+    src, out = interp.val(node.args[0]), shape_of(node)
+    if src is None or out is None or not src.toks or src.toks[-1] is not None:
+        return unknown(interp, node)
+    n = len(src.toks)
+    return _viewed(interp, node, {i: i for i in range(n - 1)}, [*src.toks[:-1], None])
+
+
 def select(interp: Interp, node: torch.fx.Node) -> Val:
     """Picking one index: of a token dim, one token for everyone (a leak)."""
     src = interp.val(node.args[0])
@@ -783,7 +804,7 @@ op:sym_sqrt op:sym_ite op:mod op:pow op:add op:sub op:mul op:truediv op:floordiv
 """
 _FACTORY = """
 aten.zeros.default aten.ones.default aten.empty.memory_format aten.full.default
-aten.scalar_tensor.default aten.new_zeros.default aten.new_ones.default
+aten.new_zeros.default aten.new_ones.default
 aten.new_empty.default aten.new_full.default aten.zeros_like.default
 aten.ones_like.default aten.empty_like.default aten.full_like.default aten.rand.default
 aten.randn.default aten.rand_like.default aten.randn_like.default aten.randint.low
@@ -794,6 +815,7 @@ _FAMILIES = [
     (_STRUCTURAL, structural),
     (_FACTORY, factory),
     ("aten.arange.default aten.arange.start aten.arange.start_step", arange),
+    ("aten.scalar_tensor.default", scalar_tensor),
     ("op:getitem", getitem),
     ("aten.permute.default aten.transpose.int aten.t.default aten.numpy_T.default", permute),
     ("aten.unsqueeze.default", unsqueeze),
@@ -805,6 +827,7 @@ _FAMILIES = [
         view,
     ),
     ("aten.select.int", select),
+    ("aten.view.dtype", bitcast),
     ("aten.slice.Tensor aten.narrow.default", slice_),
     (
         "aten.split.Tensor aten.split_with_sizes.default aten.chunk.default "

@@ -257,6 +257,8 @@ def nonzero(interp: Interp, node: torch.fx.Node) -> Val:
     src = _src(interp, node)
     if src is None or not src.token_dims:
         return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([src]))
+    if src.kind == Kind.DOCSTART and len(src.toks) == 1:  # the positions of the starts
+        return Val((None, None), kind=Kind.CU_INNER, extra="starts")
     if src.dep > Dep.DOC or src.leaks:
         return interp.passed_on(node, [src]) or interp.leak(
             node, "selects tokens by a predicate that mixes documents"
@@ -527,6 +529,10 @@ def index_put(interp: Interp, node: torch.fx.Node) -> Val:
 
 def cat(interp: Interp, node: torch.fx.Node) -> Val:
     tensors = list(node.args[0])
+    kinds = [(v.kind, v.extra) if (v := interp.val(t)) is not None else None for t in tensors]
+    if kinds == [(Kind.CU_INNER, "starts"), (Kind.LENGTH, "T")]:  # cat([starts, [T]])
+        origin = interp.fabricate(node, "cu_seq_lens offsets used as a value")
+        return Val((None,), kind=Kind.CU, absolute=origin)
     n = ndim_of(node)
     dim = norm_dim(node.args[1] if len(node.args) > 1 else 0, n)
     vals = [interp.val(t) for t in tensors]
@@ -548,6 +554,8 @@ def cat(interp: Interp, node: torch.fx.Node) -> Val:
 
 def stack(interp: Interp, node: torch.fx.Node) -> Val:
     vals = [interp.val(t) for t in node.args[0]]
+    if len(vals) == 1 and vals[0] is not None and vals[0].kind == Kind.LENGTH:
+        return vals[0].with_(toks=(None,))
     n = ndim_of(node)
     dim = norm_dim(node.args[1] if len(node.args) > 1 else 0, n)
     base = next((v.toks for v in vals if v is not None and len(v.toks) == n - 1), None)
