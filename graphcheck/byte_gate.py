@@ -244,6 +244,8 @@ class Gate:
         recipe = self._recipe(builder)
         with clock("uncut"):
             uncut = _fresh(run_uncut, recipe, batch, self._workdir.name, train)
+        if "isolation" not in uncut:  # the model itself raised on real weights
+            raise GateError(f"the uncut model {uncut.get('raised', 'did not run')}")
         isolation = _isolation_check(uncut["isolation"], tolerance)
         chain = _StageChain(recipe, plan, batch, self._workdir.name)
         with clock("staged"):
