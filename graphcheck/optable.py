@@ -820,9 +820,10 @@ _FAMILIES = [
     ("aten.permute.default aten.transpose.int aten.t.default aten.numpy_T.default", permute),
     ("aten.unsqueeze.default", unsqueeze),
     ("aten.squeeze.dim aten.squeeze.dims aten.squeeze.default", squeeze),
-    ("aten.expand.default aten.expand_copy.default", expand),
+    ("aten.expand.default aten.expand_copy.default aten.expand_as.default", expand),
     (
-        "aten.view.default aten.reshape.default aten._unsafe_view.default "
+        "aten.view.default aten.reshape.default aten._unsafe_view.default aten.view_as.default "
+        "aten.reshape_as.default "
         "aten.view_copy.default aten.flatten.using_ints aten.unflatten.int",
         view,
     ),

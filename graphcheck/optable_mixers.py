@@ -410,7 +410,9 @@ def _multi_index(interp, node, src: Val, used) -> Val:
             continue
         tok = _row_tok(src.toks[d], value)
         if tok is None:
-            return interp.leak(node, "indexes the token dimension with data-dependent positions")
+            earlier = interp.passed_on(node, [src, value])
+            return earlier or interp.leak(node, "indexes the token dimension with "
+                                          "data-dependent positions")  # fmt: skip
         toks.add(tok)
     out = shape_of(node)
     if len(toks) > 1 or out is None:
