@@ -103,6 +103,7 @@ class RunStagesPass:
         self.stage_of = stage_of
         self.last = len(cuts)
         self.order = list(program.graph.nodes)
+        self.position = {node: i for i, node in enumerate(self.order)}
         self.output = self.order[-1]
         self.bindings = _bindings(program, feeds)
         self.writers = _writers(self.order)
@@ -141,23 +142,30 @@ class RunStagesPass:
         return self.stage_of(node)
 
     def _closure(self, stage: int, received):
-        """Nodes stage ``stage`` computes, inputs replaced by stand-ins, or a block."""
+        """Nodes stage ``stage`` computes, inputs replaced by stand-ins, or a block. A node
+        brings along the in-place writes into its storage made before its reader reads it
+        (a write after the last read changes nothing this stage computes)."""
         need: set[torch.fx.Node] = set()
         standin: set[torch.fx.Node] = set()
+        until: dict[torch.fx.Node, int] = {}  # node -> writes followed up to this position
         todo = [(t, None) for t in self._targets(stage)]
         while todo:
             node, reader = todo.pop()
-            if node in need or node in received:
+            limit = self.position[reader] if reader is not None else len(self.order)
+            if node in received or until.get(node, -1) >= limit:
                 continue
-            home = self._home(node)
-            if home is not None and home != stage:
-                if reader is not None and self._home(reader) is None:
-                    standin.add(node)  # read for its metadata only
-                    continue
-                return need, standin, self._blocked(stage, node, home, received)
-            need.add(node)
-            todo.extend((arg, node) for arg in node.all_input_nodes)
-            todo.extend((writer, None) for writer in self.writers.get(storage_root(node), ()))
+            if node not in need:
+                home = self._home(node)
+                if home is not None and home != stage:
+                    if reader is not None and self._home(reader) is None:
+                        standin.add(node)  # read for its metadata only
+                        continue
+                    return need, standin, self._blocked(stage, node, home, received)
+                need.add(node)
+                todo.extend((arg, node) for arg in node.all_input_nodes)
+            done, until[node] = until.get(node, -1), limit
+            writers = self.writers.get(storage_root(node), ())
+            todo.extend((w, None) for w in writers if done < self.position[w] < limit)
         return need, standin, None
 
     def _blocked(self, stage: int, node, home: int | None, received) -> Blocked:
