@@ -54,7 +54,9 @@ class PropagateTaintPass(NodePass):
         self._set(node, bits)
 
     def _metadata_taint(self, node: torch.fx.Node) -> int:
-        """Sizes of symbolic tensors are LENGTH; their values do not flow."""
+        """Sizes of symbolic tensors are LENGTH; their values do not flow. A size that
+        depends on the data (an unbacked symbol: the count ``nonzero`` returned) carries
+        the data's taint: no other stage can recompute it."""
         bits = 0
         for arg in node.all_input_nodes:
             val = arg.meta.get("val")
@@ -64,6 +66,8 @@ class PropagateTaintPass(NodePass):
                 isinstance(d, torch.SymInt) for d in val.shape
             ):
                 bits |= LENGTH
+                if _data_dependent(node.meta.get("val")):
+                    bits |= self.taint.get(arg, 0)
         return bits
 
     def _set(self, node: torch.fx.Node, bits: int) -> None:
@@ -72,6 +76,12 @@ class PropagateTaintPass(NodePass):
             bits = LENGTH
         self.taint[node] = bits
         self.role[node] = role_of(bits, is_tensor_value(val) or _unknown_result(node))
+
+
+def _data_dependent(val) -> bool:
+    """A size read out of data (unbacked symbols are named ``u0``, ``u1``, ...)."""
+    expr = getattr(getattr(val, "node", None), "expr", None)
+    return any(str(s).startswith("u") for s in getattr(expr, "free_symbols", ()))
 
 
 def _slices_by_size(node: torch.fx.Node, name: str) -> bool:
