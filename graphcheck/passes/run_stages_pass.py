@@ -169,7 +169,12 @@ class RunStagesPass:
         return need, standin, None
 
     def _blocked(self, stage: int, node, home: int | None, received) -> Blocked:
-        what = f"`{node.name}` ({self.program.label(node)}, made on stage {home})"
+        where = f"{self.program.label(node)}, made on stage {home}"
+        what = f"`{node.name}` ({where})"
+        val, source = node.meta.get("val"), node.args[0] if node.args else None
+        if isinstance(val, torch.SymInt) and isinstance(source, torch.fx.Node):
+            size = self.program.readable(val)
+            what = f"the data-dependent size {size} of `{source.name}` ({where})"
         if home is not None and home > stage:
             why = f"stage {stage} runs before stage {home}"
         elif received:
