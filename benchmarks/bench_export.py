@@ -24,15 +24,15 @@ from pathlib import Path
 import torch
 
 import graphcheck
-from graphcheck.export import (
+from graphcheck.analysis.export import (
     _dynamic_shapes,
     _explicit_forward,
     accepted_inputs,
     example_inputs,
 )
-from graphcheck.hf import hf_factory, is_hf_spec
 from graphcheck.kernels import BUILTIN, patched
-from graphcheck.load import build_fake, default_dtype, fake_mode, resolve_factory
+from graphcheck.model.hf import hf_factory, is_hf_spec
+from graphcheck.model.load import build_fake, default_dtype, fake_mode, resolve_factory
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ["reference:reference", "reference:reference_64", "reference:llama8b_shape"]

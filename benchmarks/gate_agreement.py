@@ -27,8 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from graphcheck.byte_gate import Gate, GateError
-from graphcheck.gate_report import GateReport
+from graphcheck.errors import GateError
+from graphcheck.gate import Gate
+from graphcheck.gate.report import GateReport
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))

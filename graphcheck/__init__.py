@@ -7,10 +7,8 @@ cut carries exactly one materialized bf16 residual between decoder layers.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from graphcheck._version import __version__
 from graphcheck.api import cut_map, verify
-from graphcheck.byte_gate import gate
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import (
     AnalysisError,
@@ -20,7 +18,8 @@ from graphcheck.errors import (
     ModelLoadError,
     UsageError,
 )
-from graphcheck.gate_report import GateReport
+from graphcheck.gate import gate
+from graphcheck.gate.report import GateReport
 from graphcheck.report import Report
 
 __all__ = [

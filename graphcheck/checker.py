@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import torch.fx
 
-from graphcheck.dataflow import CutAnalysis
+from graphcheck.analysis.dataflow import CutAnalysis
+from graphcheck.analysis.plan import StagePlan
+from graphcheck.analysis.program import Program
+from graphcheck.analysis.residual import Wire, classify_wire
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.partition import StagePlan
-from graphcheck.program import Program
-from graphcheck.residual import Wire, classify_wire
 from graphcheck.rules import RULES
 
 __all__ = ["DEFAULT_ALLOW_FP32", "Context", "check"]

@@ -15,10 +15,16 @@ import logging
 import sys
 import warnings
 
-from graphcheck import __version__
+from graphcheck._version import __version__
 from graphcheck.errors import GraphcheckError, UsageError
 
 __all__ = ["build_parser", "main"]
+
+
+def _formats() -> list[str]:
+    from graphcheck.report import formats
+
+    return formats()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,7 +63,7 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
         dest="stand_ins",
         help="export the model's own kernel code (no built-in stand-ins)",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=_formats(), default="text")
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
 
 
@@ -75,14 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--stage-builder",
         metavar="NAME|FILE.py:FN",
-        help="also prove each stage's own program: keep-index, moduledict, rebuild or a builder",
+        help="also prove each stage's own program: keep-index, moduledict, rebuild, "
+        "hf-slice, hf-rebuild or FILE.py:FN",
     )
     _layout_options(verify)
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
     _gate_parser(sub)
-    sub.add_parser("rules", help="print the rule table")
+    rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
+    rules.add_argument("code", nargs="?", metavar="CODE", help="a rule code, e.g. GC203")
     return parser
 
 
@@ -95,7 +103,7 @@ def _gate_parser(sub) -> None:
     gate.add_argument(
         "--stage-builder",
         metavar="NAME|FILE.py:FN",
-        help="the modules each stage process builds (default keep-index; hf: hf_slice)",
+        help="the modules each stage process builds (default keep-index; hf: models hf-slice)",
     )
     gate.add_argument(
         "--train", action="store_true", help="also one SGD step on both; compare parameters"
@@ -114,10 +122,10 @@ def _gate_parser(sub) -> None:
 
 
 def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
-    from graphcheck.byte_gate import gate
-    from graphcheck.gate_report import render_gate_json, render_gate_text
-    from graphcheck.packed import parse_docs
-    from graphcheck.partition import parse_cuts
+    from graphcheck.analysis.plan import parse_cuts
+    from graphcheck.gate.batch import parse_docs
+    from graphcheck.gate.run import gate
+    from graphcheck.report import render
 
     cuts = parse_cuts(args.cuts) if args.cuts is not None else None
     docs = parse_docs(args.docs)
@@ -125,8 +133,7 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
         args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
         docs=docs, train=args.train, mode=args.run_mode, **options,
     )  # fmt: skip
-    render = render_gate_json if args.format == "json" else render_gate_text
-    return render(result), result.exit_code
+    return render(result, args.format), result.exit_code
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -134,17 +141,17 @@ def _split(text: str | None) -> list[str] | None:
 
 
 def _run(args: argparse.Namespace) -> tuple[str, int]:
-    from graphcheck import api, report
-    from graphcheck.checker import DEFAULT_ALLOW_FP32
-    from graphcheck.hf import parse_settings
-    from graphcheck.partition import parse_cuts
+    from graphcheck import api
+    from graphcheck.analysis.plan import parse_cuts
+    from graphcheck.model.hf import parse_settings
+    from graphcheck.report import render
 
     options = {
         "layers": args.layers,
         "inputs": _split(args.inputs),
         "outputs": _split(args.outputs),
         "strict": args.strict,
-        "allow_fp32": (*DEFAULT_ALLOW_FP32, *args.allow_fp32),
+        "allow_fp32": args.allow_fp32,
         "settings": parse_settings(args.settings),
         "kernels": args.kernels,
         "stand_ins": args.stand_ins,
@@ -156,34 +163,37 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         result = api.verify(
             args.model, cuts, args.stages, stage_builder=args.stage_builder, **options
         )
-        text = report.render_text
     else:
         result = api.cut_map(args.model, **options)
-        text = report.render_map
-    rendered = report.render_json(result) if args.format == "json" else text(result)
-    return rendered, result.exit_code
+    return render(result, args.format), result.exit_code
 
 
-def _rules_table() -> str:
-    from graphcheck.rules import RULES
+def _rules(code: str | None) -> str:
+    from graphcheck import rules
 
-    return "".join(f"{r.CODE}  {r.NAME:<32}  {r.SUMMARY}\n" for r in RULES)
+    return rules.table() if code is None else rules.doc(code)
 
 
 @contextlib.contextmanager
 def _quiet():
-    """Keep torch's own logging and warnings off the terminal: one line or a report."""
-    warnings.filterwarnings("ignore")
-    logging.getLogger("torch").setLevel(logging.CRITICAL)
-    with contextlib.redirect_stderr(io.StringIO()):
-        yield
+    """Keep torch's own logging and warnings off the terminal (one line or a report),
+    and the warning filters and the torch log level as they were afterwards."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        logger.setLevel(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "rules":
-            sys.stdout.write(_rules_table())
+            sys.stdout.write(_rules(args.code))
             return 0
         with _quiet():
             rendered, code = _run(args)

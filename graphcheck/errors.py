@@ -12,7 +12,8 @@ Hierarchy::
     ├── ModelLoadError    file or factory missing, factory raised, not a module
     ├── LayoutError       layer container / edge modules not found
     ├── ExportError       torch.export failed
-    └── AnalysisError     the graph holds something graphcheck cannot analyse
+    ├── AnalysisError     the graph holds something graphcheck cannot analyse
+    └── GateError         the byte gate could not run (no CPU kernel, model raised)
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from __future__ import annotations
 __all__ = [
     "AnalysisError",
     "ExportError",
+    "GateError",
     "GraphcheckError",
     "LayoutError",
     "ModelLoadError",
     "UsageError",
+    "one_line",
 ]
 
 
@@ -49,3 +52,19 @@ class ExportError(GraphcheckError):
 
 class AnalysisError(GraphcheckError):
     """The exported graph holds something graphcheck cannot analyse."""
+
+
+class GateError(GraphcheckError):
+    """The gate could not run: an op without a CPU implementation, a model that
+    raises on real weights."""
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: first line`` of an exception from user code, shortened to one line.
+
+    >>> one_line(KeyError("boom"))
+    "KeyError: 'boom'"
+    """
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= 300 else text[:297] + "..."

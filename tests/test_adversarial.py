@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphcheck.analysis.export import VARLEN_INPUTS
 from graphcheck.api import Explorer
-from graphcheck.byte_gate import Gate
-from graphcheck.cpu_reference import cpu_kernels
 from graphcheck.errors import GraphcheckError
-from graphcheck.export import VARLEN_INPUTS
-from graphcheck.gate_report import ISOLATION_TOLERANCE
-from graphcheck.packed import PackedBatch
+from graphcheck.gate import Gate
+from graphcheck.gate.batch import PackedBatch
+from graphcheck.gate.report import ISOLATION_TOLERANCE
+from graphcheck.kernels.cpu_reference import cpu_kernels
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "adversarial.py"
 DOCS = (23, 9, 31, 4)  # T = 67 tokens in 4 documents

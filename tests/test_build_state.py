@@ -10,7 +10,7 @@ from harness import FIXTURES, spec
 import graphcheck
 from graphcheck.cli import main
 from graphcheck.errors import ModelLoadError
-from graphcheck.load import resolve_factory
+from graphcheck.model.load import resolve_factory
 from graphcheck.report import Report
 
 BUILDERS = FIXTURES / "build_state.py"

@@ -6,11 +6,11 @@ import torch
 from harness import cut_map, spec, verify
 
 import graphcheck
-from graphcheck.dataflow import live_edges
-from graphcheck.export import export_model
-from graphcheck.layout import detect_layout
-from graphcheck.load import build_fake, fake_mode, resolve_factory
-from graphcheck.program import analyse
+from graphcheck.analysis.dataflow import live_edges
+from graphcheck.analysis.export import export_model
+from graphcheck.analysis.program import analyse
+from graphcheck.model.layout import detect_layout
+from graphcheck.model.load import build_fake, fake_mode, resolve_factory
 
 
 def _program(name: str):
@@ -111,9 +111,9 @@ def test_diagnostic_carries_node_module_and_source():
 
 def test_plan_placement_is_one_feasible_schedule():
     # every flow edge runs forward in stage order under the placement the proof reports
+    from graphcheck.analysis.dataflow import analyse_cuts
+    from graphcheck.analysis.plan import plan_from_cuts
     from graphcheck.checker import Context
-    from graphcheck.dataflow import analyse_cuts
-    from graphcheck.partition import plan_from_cuts
 
     for name, cuts in [
         ("violations:cast_in_loop", [2, 3, 6]),

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from graphcheck.api import Explorer
-from graphcheck.byte_gate import Gate
 from graphcheck.errors import GraphcheckError
+from graphcheck.gate import Gate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "20"))

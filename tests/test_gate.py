@@ -33,14 +33,14 @@ from hypothesis import strategies as st
 from torch.nn.attention.varlen import varlen_attn
 
 import graphcheck
-from graphcheck.byte_gate import Gate, GateError
 from graphcheck.cli import main
-from graphcheck.cpu_reference import cpu_kernels
-from graphcheck.errors import LayoutError, UsageError
-from graphcheck.gate_stages import global_names
-from graphcheck.layout import detect_layout
-from graphcheck.load import default_dtype
-from graphcheck.packed import PackedBatch, parse_docs
+from graphcheck.errors import GateError, LayoutError, UsageError
+from graphcheck.gate import Gate
+from graphcheck.gate.batch import PackedBatch, parse_docs
+from graphcheck.gate.runner import global_names
+from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.model.layout import detect_layout
+from graphcheck.model.load import default_dtype
 
 SMALL = (23, 9, 31, 4)  # T = 67 tokens in 4 documents: enough for windows of 16
 

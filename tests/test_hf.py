@@ -14,10 +14,11 @@ from hfcache import cut_map
 
 from graphcheck.cli import main
 from graphcheck.errors import ModelLoadError, UsageError
-from graphcheck.hf import build_config, hf_factory
-from graphcheck.kernels import BUILTIN, ops, patched
+from graphcheck.kernels import BUILTIN, patched
+from graphcheck.kernels import custom_ops as ops
 from graphcheck.kernels.standins import load_kernels
-from graphcheck.load import build_fake, fake_mode
+from graphcheck.model.hf import build_config, hf_factory
+from graphcheck.model.load import build_fake, fake_mode
 
 CONFIGS = ROOT / "fixtures" / "configs"
 

@@ -10,9 +10,9 @@ from hfcache import FAMILIES
 from hfcache import explorer as hf_explorer
 
 import graphcheck
+from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.optable import TABLE, table_markdown
 from graphcheck.api import Explorer
-from graphcheck.ops import op_name
-from graphcheck.optable import TABLE, table_markdown
 
 
 def test_soundness_doc_lists_the_table():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from harness import cut_codes, cut_map, spec
 
-from graphcheck.export import export_model
-from graphcheck.layout import detect_layout
-from graphcheck.load import build_fake, fake_mode, resolve_factory
-from graphcheck.passes.link_mutations_pass import LinkMutationsPass
-from graphcheck.program import analyse
+from graphcheck.analysis.export import export_model
+from graphcheck.analysis.passes.link_mutations_pass import LinkMutationsPass
+from graphcheck.analysis.program import analyse
+from graphcheck.model.layout import detect_layout
+from graphcheck.model.load import build_fake, fake_mode, resolve_factory
 
 ALL = range(9)
 
@@ -101,7 +101,7 @@ def test_links_a_read_through_an_older_alias():
     write = graph.call_function(torch.ops.aten.add_.Tensor, (buf, 1))
     read = graph.call_function(torch.ops.aten.mul.Tensor, (view, 2))
     graph.output((read, write))
-    from graphcheck.regions import BUFFER, Region
+    from graphcheck.analysis.regions import BUFFER, Region
 
     region = {n: Region("layer", 0) for n in graph.nodes}
     region[buf] = BUFFER

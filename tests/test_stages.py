@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from harness import ROOT, spec
+from harness import spec
 
 import graphcheck
 from graphcheck.api import Explorer
@@ -78,8 +78,8 @@ def test_flags_stage_returning_fp32(tmp_path):
     builder.write_text(
         "import torch\n"
         "from torch import nn\n"
-        "from graphcheck.stages import BUILTINS\n"
-        "from graphcheck.layout import detect_layout\n"
+        "from graphcheck.stages.builders import BUILTINS\n"
+        "from graphcheck.model.layout import detect_layout\n"
         "class Fp32Out(nn.Module):\n"
         "    def __init__(self, inner):\n"
         "        super().__init__()\n"
@@ -112,8 +112,8 @@ def test_flags_stage_dropping_the_model_loop_rounding(tmp_path):
     builder = tmp_path / "plain_loop.py"
     builder.write_text(
         "import types\n"
-        "from graphcheck.layout import detect_layout\n"
-        "from graphcheck.stages import BUILTINS\n"
+        "from graphcheck.model.layout import detect_layout\n"
+        "from graphcheck.stages.builders import BUILTINS\n"
         "def plain(self, x, cos, sin, *varlen):\n"
         "    for layer in self.present_layers():\n"
         "        x = x + layer(x, cos, sin, *varlen)\n"
@@ -136,27 +136,20 @@ def test_unknown_builder_is_a_usage_error():
         explorer("reference:reference").verify([4], stage_builder="keep-idx")
 
 
-HF_BUILDERS = "fixtures/stage_builders.py"
-
-
 def test_real_hybrid_model_flips_attention_type_when_rebuilt():
     # qwen3_next: full attention on every 4th layer, gated delta rule elsewhere
     from hfcache import explorer as hf_explorer
 
-    report = hf_explorer("hf:qwen3_next").verify(
-        [2], stage_builder=f"{ROOT / HF_BUILDERS}:hf_rebuild"
-    )
+    report = hf_explorer("hf:qwen3_next").verify([2], stage_builder="hf-rebuild")
     flips = sorted(d.message.split(":")[0] for d in report.errors if d.code == "GC301")
     assert flips == ["global layer 3", "global layer 5", "global layer 7"]
     assert "linear_attn" in report.errors[0].message and "self_attn" in report.errors[0].message
 
 
-@pytest.mark.parametrize(("builder", "cut"), [("hf_rebuild", 4), ("hf_slice", 2)])
+@pytest.mark.parametrize(("builder", "cut"), [("hf-rebuild", 4), ("hf-slice", 2)])
 def test_real_hybrid_model_keeps_kernels(builder, cut):
     from hfcache import explorer as hf_explorer
 
-    report = hf_explorer("hf:qwen3_next").verify(
-        [cut], stage_builder=f"{ROOT / HF_BUILDERS}:{builder}"
-    )
+    report = hf_explorer("hf:qwen3_next").verify([cut], stage_builder=builder)
     assert report.verdict == "pass"
     assert [d.code for d in report.diagnostics] == ["GC302"]  # the container is renumbered

@@ -1,6 +1,6 @@
 """Kernels as graph nodes: the varlen attention implementation and kernel stand-ins.
 
-* :mod:`graphcheck.kernels.ops` - the ``graphcheck::`` custom ops (fake and
+* :mod:`graphcheck.kernels.custom_ops` - the ``graphcheck::`` custom ops (fake and
   eager implementations);
 * :mod:`graphcheck.kernels.attention` - the ``"graphcheck_varlen"``
   transformers attention implementation;

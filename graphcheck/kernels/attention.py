@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.varlen import varlen_attn
 
-from graphcheck.kernels import ops
+from graphcheck.kernels import custom_ops as ops
 
 __all__ = ["ATTENTION", "register", "varlen_attention_forward"]
 

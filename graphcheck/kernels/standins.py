@@ -4,7 +4,7 @@ On GPU, hybrid models call fused kernels that take the document boundaries
 (``cu_seqlens``); on a CPU their modeling code falls back to a torch loop that
 specialises T and ignores the boundaries. A stand-in replaces the function the
 modeling code calls with one that calls a ``graphcheck`` custom op
-(:mod:`graphcheck.kernels.ops`): the export then holds for every T and shows
+(:mod:`graphcheck.kernels.custom_ops`): the export then holds for every T and shows
 the kernel as one node whose segmentation argument GC401 can follow.
 
 A stand-in is a target and a replacement. The target is
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from graphcheck.errors import ModelLoadError
-from graphcheck.kernels import ops
+from graphcheck.kernels import custom_ops as ops
 
 __all__ = ["BUILTIN", "StandIn", "load_kernels", "patched"]
 

@@ -53,7 +53,7 @@ from graphcheck.rules import (
     gc501_non_bf16_parameter,
 )
 
-__all__ = ["RULES", "by_code"]
+__all__ = ["RULES", "by_code", "doc", "table"]
 
 RULES = (
     gc101_stage_plan_invalid,
@@ -81,3 +81,18 @@ def by_code() -> dict[str, object]:
     ['GC101', 'GC102']
     """
     return {rule.CODE: rule for rule in RULES}
+
+
+def table() -> str:
+    """One line per rule: code, name, summary."""
+    return "".join(f"{r.CODE}  {r.NAME:<32}  {r.SUMMARY}\n" for r in RULES)
+
+
+def doc(code: str) -> str:
+    """The whole documentation of rule ``code``."""
+    rule = by_code().get(code.upper())
+    if rule is None:
+        from graphcheck.errors import UsageError
+
+        raise UsageError(f"unknown rule {code!r}: see graphcheck rules")
+    return rule.__doc__

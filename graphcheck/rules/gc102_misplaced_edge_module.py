@@ -22,8 +22,8 @@ Fix
 
 from __future__ import annotations
 
+from graphcheck.analysis.regions import INPUT
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.regions import INPUT
 
 CODE = "GC102"
 NAME = "misplaced-edge-module"

@@ -22,8 +22,8 @@ Fix
 
 from __future__ import annotations
 
+from graphcheck.analysis.residual import view_base
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.residual import view_base
 
 CODE = "GC203"
 NAME = "boundary-not-materialized"

@@ -35,9 +35,9 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from graphcheck.dataflow import copies_data
+from graphcheck.analysis.dataflow import copies_data
+from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.ops import is_view_node, op_name, tensor_val
 
 __all__ = ["CODE", "NAME", "SUMMARY", "check", "hidden_size"]
 

@@ -1,0 +1,20 @@
+"""The static proof: export, analyse, partition and read what crosses each cut.
+
+The data flows top to bottom:
+
+* :mod:`~graphcheck.analysis.export` - ``torch.export`` with the symbolic packed-varlen
+  inputs of :mod:`graphcheck.varlen`;
+* :mod:`~graphcheck.analysis.program` - the passes of :mod:`~graphcheck.analysis.passes`
+  run over the graph: regions (which layer owns a node), mutations, taint (what a value
+  depends on), token locality (:mod:`~graphcheck.analysis.locality` and the op tables
+  :mod:`~graphcheck.analysis.optable`, :mod:`~graphcheck.analysis.optable_mixers`,
+  :mod:`~graphcheck.analysis.optable_hop`), placement;
+* :mod:`~graphcheck.analysis.plan` - stage plans from cuts or a stage count;
+* :mod:`~graphcheck.analysis.dataflow` - the crossing set of each cut;
+* :mod:`~graphcheck.analysis.residual` - which crossing value is the residual wire;
+* :mod:`~graphcheck.analysis.fx` - FX node helpers (op names, views, casts, source lines).
+
+The rules (:mod:`graphcheck.rules`) read the result.
+"""
+
+__all__: list[str] = []

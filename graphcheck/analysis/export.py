@@ -1,0 +1,231 @@
+"""Export a model with symbolic packed-varlen inputs.
+
+The example batch follows the packed-varlen convention: ``input_ids`` and
+``position_ids`` ``[1, T]`` int64, ``cu_seq_lens_q/k`` ``[N + 1]`` int32 and
+``max_length_q/k`` ints. T, N + 1 and the max lengths are symbolic; example
+sizes avoid 0 and 1 (which specialise) and values that collide with model
+widths. Only the inputs ``forward`` accepts are passed; a ``**kwargs``
+forward is wrapped with explicit arguments, since torch rejects
+``dynamic_shapes`` on ``**kwargs``.
+
+If export specialises or guards T or N the proof would hold for some lengths
+only, so the export is retried with automatic dims and the guard is recorded
+in :attr:`Exported.guards` (reported as GC403).
+
+Export runs under ``torch.no_grad()``: graphcheck analyses the forward program,
+and with grad enabled some kernels refuse to trace (FlexAttention with a
+document ``mask_mod`` on CPU: "FlexAttention does not support backward on CPU").
+The training IR is the same ATen graph either way for the models graphcheck
+checks (``requires_grad`` in the recorded values is what differs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch._dynamo.exc import UserErrorType
+from torch.export import Dim, ExportedProgram
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+from graphcheck.errors import ExportError
+from graphcheck.model.load import default_dtype
+
+__all__ = ["VARLEN_INPUTS", "Exported", "example_inputs", "export_model"]
+
+VARLEN_INPUTS = (
+    "input_ids",
+    "position_ids",
+    "cu_seq_lens_q",
+    "cu_seq_lens_k",
+    "max_length_q",
+    "max_length_k",
+)
+EXAMPLE_DOCS = (7, 12, 10)  # T = 29 tokens in N = 3 documents
+
+
+@dataclass
+class Exported:
+    """An exported program and what graphcheck learned while exporting it."""
+
+    program: ExportedProgram
+    inputs: tuple[str, ...]
+    seconds: float
+    symbols: dict[str, str] = field(default_factory=dict)  # sympy name -> readable name
+    guards: list[str] = field(default_factory=list)
+
+
+def example_inputs(names: tuple[str, ...], hidden_size: int = 0) -> dict[str, object]:
+    """Example values (under the active fake mode) for the accepted varlen inputs.
+
+    ``hidden`` is the bf16 residual ``[1, T, hidden_size]`` a later pipeline stage
+    takes in place of ``input_ids``."""
+    total = sum(EXAMPLE_DOCS)
+    positions = torch.cat([torch.arange(n) for n in EXAMPLE_DOCS])[None]
+    bounds = [sum(EXAMPLE_DOCS[:i]) for i in range(len(EXAMPLE_DOCS) + 1)]
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    values = {
+        "input_ids": torch.zeros(1, total, dtype=torch.long),
+        "hidden": torch.zeros(1, total, hidden_size, dtype=torch.bfloat16),
+        "position_ids": positions,
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu.clone(),
+        "max_length_q": max(EXAMPLE_DOCS),
+        "max_length_k": max(EXAMPLE_DOCS),
+    }
+    return {name: values[name] for name in names}
+
+
+def _dynamic_shapes(names: tuple[str, ...], auto: bool) -> dict[str, object]:
+    tokens = Dim.AUTO if auto else Dim("T", min=2)
+    docs = Dim.AUTO if auto else Dim("N1", min=2)
+    spec = {
+        "input_ids": {1: tokens},
+        "hidden": {1: tokens},
+        "position_ids": {1: tokens},
+        "cu_seq_lens_q": {0: docs},
+        "cu_seq_lens_k": {0: docs},
+        "max_length_q": Dim.AUTO if auto else Dim.DYNAMIC,
+        "max_length_k": Dim.AUTO if auto else Dim.DYNAMIC,
+    }
+    return {name: spec[name] for name in names}
+
+
+def accepted_inputs(model: nn.Module) -> tuple[tuple[str, ...], bool]:
+    """The varlen inputs ``model.forward`` accepts, and whether it needs a wrapper."""
+    params = inspect.signature(model.forward).parameters
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    names = tuple(n for n in VARLEN_INPUTS if n in params or var_kw)
+    if "input_ids" not in names:
+        raise ExportError(f"{type(model).__name__}.forward does not accept input_ids")
+    return names, list(params)[: len(names)] != list(names)
+
+
+def _explicit_forward(model: nn.Module, names: tuple[str, ...]):
+    original = model.forward
+
+    def forward(*args):
+        return original(**dict(zip(names, args, strict=False)))
+
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    forward.__signature__ = inspect.Signature(params)
+    return forward
+
+
+def stage_inputs(first: str) -> tuple[str, ...]:
+    """The positional inputs of a stage module: ``x`` (``input_ids`` on the first stage,
+    ``hidden`` on the others), then the varlen metadata."""
+    return (first, *VARLEN_INPUTS[1:])
+
+
+def export_model(
+    model: nn.Module,
+    mode,
+    strict: bool = False,
+    *,
+    stage_input: str | None = None,
+    hidden_size: int = 0,
+) -> Exported:
+    """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs.
+
+    With ``stage_input`` (``"input_ids"`` or ``"hidden"``) the model is a pipeline
+    stage module, called positionally as ``forward(x, position_ids, cu_seq_lens_q,
+    cu_seq_lens_k, max_length_q, max_length_k)``."""
+    if stage_input is None:
+        names, wrap = accepted_inputs(model)
+    else:
+        names, wrap = stage_inputs(stage_input), False
+    start = time.perf_counter()
+    with _forward_over(model, names if wrap else None):
+        program, guards = _export_guarded(model, mode, names, strict, hidden_size)
+    seconds = time.perf_counter() - start
+    exported = Exported(program, names, seconds, guards=guards)
+    exported.symbols = _symbol_names(exported)
+    return exported
+
+
+@contextlib.contextmanager
+def _forward_over(model: nn.Module, names: tuple[str, ...] | None):
+    """With ``names``, ``model.forward`` taking exactly those inputs, removed again
+    however the export ends: the user's module is left as it was."""
+    if names is None:
+        yield
+        return
+    model.forward = _explicit_forward(model, names)
+    try:
+        yield
+    finally:
+        del model.forward
+
+
+def _export_guarded(model, mode, names, strict: bool, hidden_size: int):
+    """The export with every dim symbolic; when that guards or specialises, the export
+    with automatic dims and the guard it hit (GC403 reads it)."""
+    guards: list[str] = []
+    with mode, default_dtype(torch.float32), torch.no_grad():
+        args = tuple(example_inputs(names, hidden_size).values())
+        try:
+            return _export(model, args, names, strict, auto=False), guards
+        except _GuardedError as err:
+            guards.append(_condense(err.__cause__))
+            return _export(model, args, names, strict, auto=True), guards
+
+
+class _GuardedError(Exception):
+    """Export specialised or guarded the symbolic dims; ``__cause__`` says how."""
+
+
+def _is_constraint_violation(err: BaseException) -> bool:
+    if isinstance(err, ConstraintViolationError):
+        return True
+    kind = getattr(err, "error_type", None)
+    return kind is UserErrorType.CONSTRAINT_VIOLATION
+
+
+def _export(model, args, names, strict: bool, auto: bool) -> ExportedProgram:
+    shapes = _dynamic_shapes(names, auto)
+    try:
+        return torch.export.export(
+            model, args, dynamic_shapes=tuple(shapes.values()), strict=strict
+        )
+    except Exception as err:
+        if _is_constraint_violation(err) and not auto:
+            raise _GuardedError() from err
+        hint = "try --strict" if not strict else "try without --strict"
+        raise ExportError(
+            f"torch.export failed: {_condense(err)} ({hint}, or torch.export.draft_export "
+            "to see every failure)"
+        ) from err
+
+
+def _condense(err: BaseException) -> str:
+    """Torch's error as one line: its first informative line, shortened."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = f"{type(err).__name__}: {lines[0] if lines else ''}"
+    for line in lines[1:4]:
+        if re.search(r"guard|Eq\(|Mod\(|specializ|Ne\(|<|>", line):
+            text += " " + line
+            break
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _symbol_names(exported: Exported) -> dict[str, str]:
+    """Readable names for the symbols of the input dims: T, N+1, max_length_q."""
+    readable = {"input_ids": "T", "hidden": "T", "position_ids": "T", "cu_seq_lens_q": "N+1"}
+    readable |= {"cu_seq_lens_k": "N+1", "max_length_q": "max_q", "max_length_k": "max_k"}
+    names: dict[str, str] = {}
+    nodes = {n.name: n for n in exported.program.graph.nodes if n.op == "placeholder"}
+    user = exported.program.graph_signature.user_inputs
+    for name, arg in zip(exported.inputs, user, strict=False):
+        val = nodes[arg].meta.get("val")
+        dims = (val,) if isinstance(val, torch.SymInt) else getattr(val, "shape", ())
+        for dim in dims:
+            expr = getattr(getattr(dim, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                names.setdefault(str(expr), readable[name])
+    return names

@@ -1,0 +1,2 @@
+"""Analysis passes over an exported graph, one per module, run in order by
+:func:`graphcheck.analysis.program.analyse`: assign regions, propagate taint, place nodes."""

@@ -1,0 +1,119 @@
+"""Which crossing activation is the residual stream, and what else crossed.
+
+At boundary ``k`` the residual is the crossing activation produced by layer
+``k - 1`` (or the glue right after it; the input modules for ``k = 0``) and
+consumed by layer ``k`` (the output modules for ``k = L``), possibly through
+glue on the right. Every other crossing activation is either a *twin* of the
+residual (the same value in another dtype: a dtype cast of it, or the value it
+was rounded from) or an *extra* activation.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+import torch.fx
+
+from graphcheck.analysis.dataflow import CutAnalysis, copies_data
+from graphcheck.analysis.fx import is_cast_node, is_view_node
+from graphcheck.analysis.program import Program
+
+__all__ = ["Wire", "classify_wire", "copies_data", "view_base"]
+
+
+@dataclass
+class Wire:
+    residual: torch.fx.Node | None
+    twins: list[torch.fx.Node] = field(default_factory=list)
+    extras: list[torch.fx.Node] = field(default_factory=list)
+
+    @property
+    def boundary(self) -> torch.fx.Node | None:
+        """The value the boundary checks look at: the residual, else a lone activation."""
+        if self.residual is not None:
+            return self.residual
+        return self.extras[0] if len(self.extras) == 1 else None
+
+
+def classify_wire(program: Program, cut: CutAnalysis) -> Wire:
+    acts = cut.activations
+    candidates = [a for a in acts if _is_residual(program, cut, a)]
+    # an in-place write into shared state is never the residual, whatever it feeds
+    candidates.sort(key=lambda a: (a in program.writes, program.dtype(a) != "bfloat16"))
+    residual = candidates[0] if candidates else None
+    wire = Wire(residual)
+    for act in acts:
+        if act is residual:
+            continue
+        if residual is not None and _is_twin(program, act, residual):
+            wire.twins.append(act)
+        else:
+            wire.extras.append(act)
+    return wire
+
+
+def _is_residual(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> bool:
+    before, after = program.neighbours(cut.position)
+    if program.interval[node][0] != before:
+        return False
+    return any(_is_next(program, user, after) for user in _right_readers(program, cut, node))
+
+
+def _is_next(program: Program, node: torch.fx.Node, layer: int | None) -> bool:
+    region = program.region[node]
+    if layer is None:
+        return region.kind in ("output", "graph_output")
+    return region.kind == "layer" and region.layer == layer
+
+
+def _right_readers(program: Program, cut: CutAnalysis, node: torch.fx.Node):
+    """Pinned readers of ``node`` on the right, looking through right-side glue."""
+    todo, seen = list(node.users), set()
+    while todo:
+        user = todo.pop()
+        if user in seen or user not in program.interval:
+            continue
+        seen.add(user)
+        if program.region[user].kind == "glue" and not cut.on_left(program, user):
+            todo.extend(user.users)
+        elif not cut.on_left(program, user):
+            yield user
+
+
+def cast_root(node: torch.fx.Node) -> torch.fx.Node:
+    while is_cast_node(node) and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _is_twin(program: Program, a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    return cast_root(a) is cast_root(b) and program.dtype(a) != program.dtype(b)
+
+
+def view_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The materialized tensor ``node`` is a view of, when that holds more (or
+    fewer) elements than ``node`` itself; ``None`` when ``node`` carries all of it.
+
+    ``aten.contiguous`` and ``aten.to`` are typed as views (they may return their
+    input), but copy when the input is not contiguous or the dtype changes: the walk
+    stops at such a copy, which is a materialized tensor of its own."""
+    base = node
+    while is_view_node(base) and not copies_data(base):
+        src = base.args[0]
+        base = src.args[0] if base.target is operator.getitem else src
+        if not isinstance(base, torch.fx.Node):
+            return None
+    if base is node:
+        return None
+    return base if not _same_numel(base, node) else None
+
+
+def _same_numel(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    if not isinstance(va, torch.Tensor) or not isinstance(vb, torch.Tensor):
+        return False
+    diff = sympy.expand(sympy.sympify(str(va.numel())) - sympy.sympify(str(vb.numel())))
+    return diff == 0

@@ -1,0 +1,376 @@
+"""What each process of the gate runs: the uncut model, or one stage, as a rank would.
+
+The gate (:mod:`graphcheck.gate.run`) runs every function here in a fresh
+process (:func:`graphcheck.stages.fresh.run_fresh`): a child that has imported torch
+and graphcheck and nothing else, so no state of building, tracing or running
+the uncut model or another stage reaches a stage (class-level counters, caches
+filled by a first caller, module-level flags set by an earlier layer).
+
+* :func:`run_uncut` builds the model from its :class:`Recipe` (real random
+  bf16 weights, seeded), saves its ``state_dict`` as the checkpoint every stage
+  loads, runs the packed batch and each document alone (document isolation),
+  and with ``train`` takes one forward+backward+SGD step and runs again.
+* :func:`run_stage` builds the model, applies the stage builder, loads the
+  stage's weights from the checkpoint through the stage's own layout (its layer
+  container wherever the stage module holds it, renumbered layers mapped back
+  to their global index, slots the model leaves ``None`` skipped) and runs the
+  stage on the bf16 wire it received. With a
+  gradient it recomputes its forward, back-propagates the wire's gradient,
+  takes the SGD step and saves its parameters under their global names.
+
+Nothing here raises into the parent: every function returns a dict, with
+``"error"`` (could not run: exit 2) or ``"raised"`` (the stage itself raised: a
+finding) when it failed, so the gate reports one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from graphcheck.analysis.export import accepted_inputs
+from graphcheck.errors import GraphcheckError, UsageError
+from graphcheck.gate.batch import PackedBatch
+from graphcheck.kernels import BUILTIN, load_kernels, patched
+from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.model.hf import hf_factory, is_hf_spec
+from graphcheck.model.layout import Layout
+from graphcheck.model.load import default_dtype, resolve_factory
+from graphcheck.stages.build import stage_layout
+from graphcheck.stages.builders import call_builder, resolve_builder
+
+__all__ = [
+    "LEARNING_RATE",
+    "Recipe",
+    "loss_of",
+    "pack",
+    "run_stage",
+    "run_uncut",
+    "stage_inputs",
+    "unpack",
+]
+
+LEARNING_RATE = 0.05  # SGD step of --train: large enough to move bf16 weights
+VARLEN_REST = ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a fresh process builds the model and its stages (everything pickles)."""
+
+    spec: str | None  # file.py:fn, pkg.mod:fn or hf:...; None: ``module_file``
+    layout: Layout
+    seed: int = 0
+    settings: dict = field(default_factory=dict)
+    stand_ins: bool = True
+    kernels: str | None = None
+    module_file: str | None = None  # a model given as an object, saved whole
+    builder: str | Callable | None = None  # builtin name, file.py:fn or a function
+
+
+class _Failed(Exception):
+    """A failure to report: ``kind`` is ``error`` (exit 2) or ``raised`` (a finding)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = lines[0].split(". ")[0] if lines else type(err).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def pack(value) -> bytes:
+    """``value`` as bytes: tensors cross a fresh process's pipe as plain bytes (torch's
+    own reducer hands them over in shared memory, which dies with the child)."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes):
+    """The value :func:`pack` turned into bytes."""
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _reported(fn):
+    """``fn`` taking and returning :func:`pack` bytes, single-threaded, every exception
+    turned into a returned status (``error`` or ``raised``)."""
+
+    def wrapper(payload: bytes) -> bytes:
+        torch.set_num_threads(1)
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                result = fn(*unpack(payload))
+        except _Failed as failed:
+            result = {failed.kind: str(failed)}
+        except GraphcheckError as err:
+            result = {"error": str(err)}
+        except Exception as err:  # reported, never a traceback
+            result = {"error": f"{type(err).__name__}: {_one_line(err)}"}
+        return pack(result)
+
+    wrapper.__name__ = wrapper.__qualname__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def build_model(recipe: Recipe) -> nn.Module:
+    """The model on real random bf16 weights (seeded), as every process builds it."""
+    if recipe.module_file is not None:
+        return torch.load(recipe.module_file, weights_only=False).eval()
+    if is_hf_spec(recipe.spec):
+        factory = hf_factory(recipe.spec, recipe.settings)
+    else:
+        factory = resolve_factory(recipe.spec)
+    try:
+        with torch.random.fork_rng(devices=[]), default_dtype(torch.bfloat16):
+            torch.manual_seed(recipe.seed)
+            model = factory()
+    except Exception as err:
+        name = getattr(factory, "__name__", "factory")
+        raise _Failed("error", f"factory {name}() raised {type(err).__name__}: {err}") from err
+    return model.eval()
+
+
+def _stand_ins(recipe: Recipe) -> tuple:
+    return (
+        *(BUILTIN if recipe.stand_ins else ()),
+        *(load_kernels(recipe.kernels) if recipe.kernels else ()),
+    )
+
+
+def _call(fn, what: str):
+    """``fn()``; an op without a CPU kernel is an error, anything else a finding."""
+    try:
+        return fn()
+    except NotImplementedError as err:
+        raise _Failed("error", f"{what} has an op without a CPU implementation: "
+                      f"{_one_line(err)}") from err  # fmt: skip
+    except _Failed:
+        raise
+    except Exception as err:
+        raise _Failed("raised", f"{what} raised {type(err).__name__}: {_one_line(err)}") from err
+
+
+def logits_of(out) -> torch.Tensor:
+    """The logits (or hidden states) tensor of a model's or stage's output."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, (tuple, list)):
+        for value in out:
+            if isinstance(value, torch.Tensor):
+                return value
+    raise _Failed("raised", f"the model returned {type(out).__name__}, not a tensor")
+
+
+def loss_of(logits: torch.Tensor, seed: int) -> torch.Tensor:
+    """The fixed loss of ``--train``: ``(logits.float() * R).sum()``, R seeded."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    weights = torch.randn(logits.shape, generator=generator) / logits.shape[-2]
+    return (logits.float() * weights).sum()
+
+
+def _forward(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
+    names, _ = accepted_inputs(model)
+    return logits_of(model(**batch.inputs(names)))
+
+
+def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor, state: dict) -> list:
+    """Per document: ``None`` when alone equals packed bitwise, else the relative diff.
+    Each document runs from ``state``, the weights and buffers the packed run started
+    from (a model that writes its buffers in place must not see its own earlier runs)."""
+    found = []
+    for index, (start, end) in enumerate(batch.spans):
+        model.load_state_dict(state)
+        alone = _forward(model, batch.document(index))
+        mine = packed[:, start:end]
+        same = mine.shape == alone.shape and mine.dtype == alone.dtype
+        if same and torch.equal(mine, alone):
+            found.append(None)
+            continue
+        diff = (mine.float() - alone.float()).abs().max().item()
+        value = diff / max(alone.float().abs().max().item(), 1e-30)
+        found.append(value if value == value else float("inf"))
+    return found
+
+
+def _sgd_step(module: nn.Module, loss: torch.Tensor | None, out=None, grad=None) -> None:
+    """Back-propagate (``loss`` or ``out`` with ``grad``), one SGD step."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = None
+    if loss is not None:
+        loss.backward()
+    else:
+        out.backward(grad.to(out.dtype))
+    torch.optim.SGD(params, lr=LEARNING_RATE).step()
+
+
+@_reported
+def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = False) -> dict:
+    """The uncut model: checkpoint, logits, isolation; with ``train`` one step after."""
+    model = build_model(recipe)
+    checkpoint = str(Path(workdir) / "uncut.pt")
+    torch.save(model.state_dict(), checkpoint)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with cpu_kernels(), patched(model, _stand_ins(recipe)):
+        with torch.no_grad():
+            logits = _call(lambda: _forward(model, batch), "the model")
+            isolation = _call(lambda: _isolation(model, batch, logits, state), "the model")
+            model.load_state_dict(state)
+        result = {"logits": logits, "isolation": isolation, "checkpoint": checkpoint}
+        if train:
+            out = _call(lambda: _forward(model, batch), "the model")
+            _call(lambda: _sgd_step(model, loss_of(out, recipe.seed)), "the model's backward")
+            with torch.no_grad():
+                result["after"] = _call(lambda: _forward(model, batch), "the model")
+            result["params"] = _named_params(model)
+    return result
+
+
+def _named_params(module: nn.Module, names: dict[str, str] | None = None) -> dict:
+    """Parameters by (global) name, detached copies."""
+    found = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        key = name if names is None else names.get(name)
+        if key is not None:
+            found[key] = p.detach().clone()
+    return found
+
+
+def stage_inputs(batch: PackedBatch) -> tuple:
+    """The varlen side inputs every stage module takes after ``x``."""
+    return tuple(batch.inputs(VARLEN_REST).values())
+
+
+def _builder(recipe: Recipe):
+    builder = recipe.builder
+    if isinstance(builder, str):
+        return resolve_builder(builder, recipe.layout)
+    if builder is None:
+        raise UsageError("no stage builder: pass --stage-builder NAME or FILE.py:FN")
+    return builder
+
+
+def _name(builder) -> str | None:
+    return builder if isinstance(builder, str) else None
+
+
+def build_stage(recipe: Recipe, index: int, layers: list[int], num_stages: int):
+    """Stage ``index`` built from the model by the builder; (module, stage -> global names)."""
+    model = build_model(recipe)
+    build = _builder(recipe)
+    with torch.random.fork_rng(devices=[]), default_dtype(torch.bfloat16):
+        torch.manual_seed(recipe.seed)
+        module = call_builder(build, model, index, layers, num_stages, _name(recipe.builder))
+    try:
+        names = global_names(module, recipe.layout, layers, model)
+    except GraphcheckError as err:
+        raise _Failed("error", f"stage {index}: {err}") from err
+    return module.eval(), names
+
+
+def _own_layout(
+    module: nn.Module, layout: Layout, layers: list[int], model: nn.Module | None
+) -> tuple[Layout, Callable[[str], str]]:
+    """The stage's own layout (:func:`graphcheck.stages.build.stage_layout`), its container
+    keys mapped to the stage's global layers the uncut model has (a pruned model holds
+    ``None`` in some slots); all the stage's layers when that maps nothing (a builder
+    that constructs the missing layers)."""
+    known = set(layout.layer_keys.values())
+    present = [g for g in layers if g in known]
+    own, rename = stage_layout(module, layout, present, model)
+    if not own.layer_keys and present != list(layers):
+        own, rename = stage_layout(module, layout, list(layers), model)
+    return own, rename
+
+
+def global_names(
+    module: nn.Module, layout: Layout, layers: list[int], model: nn.Module | None = None
+) -> dict[str, str]:
+    """Stage parameter/buffer name -> its name in the uncut model, through the stage's
+    own layout: its layer container (found by identity with ``model``'s, its own
+    ``get_pp_module_config()``, the model's prefix or a path ending the same way) with
+    renumbered layers mapped back to their global index, other modules moved to the
+    uncut model's root. Names of layers it cannot map are left out. Raises
+    :class:`graphcheck.errors.LayoutError` when the stage has no layer container."""
+    own, rename = _own_layout(module, layout, layers, model)
+    prefix = own.layer_prefix + "."
+    uncut = {g: k for k, g in layout.layer_keys.items()}
+    names = {}
+    tensors = [n for n, _ in module.named_parameters(remove_duplicate=False)]
+    tensors += [n for n, _ in module.named_buffers(remove_duplicate=False)]
+    for name in tensors:
+        if not name.startswith(prefix):
+            names[name] = rename(name)
+            continue
+        key, _, rest = name[len(prefix) :].partition(".")
+        if own.layer_keys.get(key) in uncut:
+            names[name] = f"{layout.layer_prefix}.{uncut[own.layer_keys[key]]}.{rest}"
+    return names
+
+
+def load_weights(module: nn.Module, names: dict[str, str], state: dict, index: int) -> None:
+    """Copy ``state`` (global names) into the stage; every parameter must be found."""
+    params = dict(module.named_parameters(remove_duplicate=False))
+    tensors = params | dict(module.named_buffers(remove_duplicate=False))
+    for name, tensor in tensors.items():
+        source = state.get(names.get(name, ""))
+        if source is None or source.shape != tensor.shape:
+            if name in params:
+                raise _Failed("error", f"stage {index} parameter {name} has no entry of shape "
+                              f"{list(tensor.shape)} in the uncut checkpoint; build the stage "
+                              "so its layers map back to global indices")  # fmt: skip
+            continue
+        with torch.no_grad():
+            tensor.copy_(source)
+
+
+@_reported
+def run_stage(recipe: Recipe, batch: PackedBatch, job: dict) -> dict:
+    """One stage on its wire. ``job``: ``index``, ``layers``, ``num_stages``,
+    ``checkpoint`` (global names), ``wire`` (``None`` on stage 0), ``grad`` (the wire
+    gradient from the next stage; ``"loss"`` on the last stage) or ``None``."""
+    index, layers = job["index"], job["layers"]
+    module, names = build_stage(recipe, index, layers, job["num_stages"])
+    load_weights(module, names, torch.load(job["checkpoint"], weights_only=True), index)
+    x = batch.input_ids if job["wire"] is None else job["wire"]
+    what = f"stage {index}"
+    with cpu_kernels(), patched(module, _stand_ins(recipe)):
+        if job["grad"] is None:
+            with torch.no_grad():
+                out = _call(lambda: logits_of(module(x, *stage_inputs(batch))), what)
+            return {"out": out}
+        return _train_stage(module, names, batch, job, x, recipe.seed)
+
+
+def _train_stage(module, names, batch, job, x, seed: int) -> dict:
+    """Recompute the forward with grad, back-propagate, step; params by global name."""
+    what = f"stage {job['index']}"
+    if x.is_floating_point():
+        x = x.detach().requires_grad_(True)
+    out = _call(lambda: logits_of(module(x, *stage_inputs(batch))), what)
+    if isinstance(job["grad"], str):
+        _call(lambda: _sgd_step(module, loss_of(out, seed)), f"{what} backward")
+    else:
+        _call(lambda: _sgd_step(module, None, out, job["grad"]), f"{what} backward")
+    result = {"out": out.detach(), "params": _named_params(module, names)}
+    named = module.named_parameters(remove_duplicate=False)
+    result["trained"] = sorted({names[n] for n, p in named if p.grad is not None and n in names})
+    if x.is_floating_point():
+        if x.grad is None:
+            raise _Failed("raised", f"{what}: no gradient reaches its input wire")
+        result["grad"] = x.grad.detach().to(torch.bfloat16, copy=True).contiguous()
+    return result

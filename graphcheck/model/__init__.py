@@ -1,0 +1,13 @@
+"""From a model spec to an ``nn.Module`` on fake weights and its pipeline layout.
+
+* :mod:`~graphcheck.model.load` - ``file.py:factory`` / ``pkg.mod:factory`` resolved
+  and built under a fake tensor mode in bf16;
+* :mod:`~graphcheck.model.hf` - ``hf:TYPE`` and ``hf:path/config.json``: tiny
+  transformers configs, nothing downloaded;
+* :mod:`~graphcheck.model.layout` - the layer container and the edge modules, from
+  ``get_pp_module_config()``, flags or detection;
+* :mod:`~graphcheck.model.session` - the built model, its layout and the options every
+  later build repeats.
+"""
+
+__all__: list[str] = []

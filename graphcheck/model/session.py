@@ -1,0 +1,80 @@
+"""A model built on fake weights with its layout and build options: what the export
+and the stage builders start from.
+
+>>> session = Session("fixtures/reference.py:reference")
+>>> session.name, session.layout.num_layers, session.spec is not None
+('fixtures/reference.py:reference', 8, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from torch import nn
+
+from graphcheck.errors import UsageError
+from graphcheck.kernels import BUILTIN, load_kernels
+from graphcheck.model.hf import hf_factory, is_hf_spec
+from graphcheck.model.layout import detect_layout
+from graphcheck.model.load import build_fake, fake_mode, resolve_factory
+
+__all__ = ["ModelArg", "Session", "portable"]
+
+ModelArg = str | Callable[[], nn.Module] | nn.Module
+
+
+class Session:
+    """``model`` (a spec, a factory or a module) built on fake weights, its layout and
+    the options every later build repeats (strict export, ``--set``, kernels)."""
+
+    def __init__(
+        self,
+        model: ModelArg,
+        *,
+        layers: str | None = None,
+        inputs: Sequence[str] | None = None,
+        outputs: Sequence[str] | None = None,
+        strict: bool = False,
+        settings: Mapping[str, object] | None = None,
+        kernels: str | None = None,
+        stand_ins: bool = True,
+    ) -> None:
+        self.mode = fake_mode()
+        self.strict = strict
+        self.settings = dict(settings or {})
+        self.spec = model if isinstance(model, str) else None  # rebuildable in a fresh process
+        self.kernels, self.use_stand_ins = kernels, stand_ins
+        self.stand_ins = (
+            *(BUILTIN if stand_ins else ()),
+            *(load_kernels(kernels) if kernels else ()),
+        )
+        self.name, self.module = self._build(model)
+        self.layout = detect_layout(
+            self.module,
+            layers,
+            tuple(inputs) if inputs else None,
+            tuple(outputs) if outputs else None,
+        )
+
+    def _build(self, model: ModelArg) -> tuple[str, nn.Module]:
+        if is_hf_spec(model):
+            return model, build_fake(hf_factory(model, self.settings), self.mode)
+        if self.settings:
+            raise UsageError("--set applies to hf: models only")
+        if isinstance(model, str):
+            return model, build_fake(resolve_factory(model), self.mode)
+        if isinstance(model, nn.Module):
+            return type(model).__name__, model.eval()
+        return getattr(model, "__qualname__", repr(model)), build_fake(model, self.mode)
+
+
+def portable(spec: str) -> str:
+    """``spec`` with a file path made absolute, so another process finds it."""
+    if is_hf_spec(spec):
+        rest = spec[len("hf:") :]
+        return f"hf:{Path(rest).resolve()}" if Path(rest).exists() else spec
+    target, sep, name = spec.rpartition(":")
+    if sep and target.endswith(".py") and Path(target).is_file():
+        return f"{Path(target).resolve()}:{name}"
+    return spec

@@ -1,2 +1,0 @@
-"""Analysis passes over an exported graph, one per module, run in order by
-:func:`graphcheck.program.analyse`: assign regions, propagate taint, place nodes."""

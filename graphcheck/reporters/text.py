@@ -1,0 +1,227 @@
+"""``--format text``: the report a person reads in a terminal.
+
+``verify`` shows each cut's crossing set and the diagnostics, ``map`` one line
+per boundary, ``gate`` the static verdict next to the executed comparisons.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from graphcheck._version import __version__
+
+if TYPE_CHECKING:
+    from graphcheck.analysis.dataflow import Crossing
+    from graphcheck.analysis.plan import Stage
+    from graphcheck.diagnostics import Diagnostic
+    from graphcheck.gate.report import ByteCheck, GateReport, IsolationCheck, TrainCheck
+    from graphcheck.report import Report
+
+__all__ = ["render"]
+
+
+def render(result: Report | GateReport) -> str:
+    if result.kind == "map":
+        return render_map(result)
+    if result.kind == "verify":
+        return render_text(result)
+    return render_gate_text(result)
+
+
+def _header(report: Report) -> list[str]:
+    return [
+        f"graphcheck {__version__} · {report.model} · {report.num_layers} layers · "
+        f"{report.nodes} nodes · export {report.export_seconds:.1f} s · "
+        f"total {report.seconds:.1f} s"
+    ]
+
+
+def _stage_line(stage: Stage) -> str:
+    layers = f"layers {stage.layers[0]}-{stage.layers[1]}" if stage.layers else "no layers"
+    mods = f" + {', '.join(stage.modules)}" if stage.modules else ""
+    return f"  stage {stage.index}: {layers}{mods}"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+        for r in rows
+    ]
+
+
+def _crossing_rows(crossing: list[Crossing]) -> list[str]:
+    rows = [["value", "role", "dtype", "shape", "producer", "consumers"]]
+    for c in crossing:
+        shape = "[" + ", ".join(c.shape) + "]" if c.shape is not None else "-"
+        more = f" +{len(c.consumers) - 2}" if len(c.consumers) > 2 else ""
+        consumers = ", ".join(c.consumers[:2]) + more
+        rows.append([c.node.name, c.role, c.dtype or "-", shape, c.producer, consumers or "-"])
+    return _table(rows)
+
+
+def _diagnostic_lines(d: Diagnostic) -> list[str]:
+    where = [f"cut {d.cut}" if d.cut is not None else None]
+    where += [f"stage {d.stage}" if d.stage is not None else None]
+    label = " (warning)" if d.severity == "warning" else ""
+    head = f"{d.code} {d.name}{label}" + "".join(f" · {w}" for w in where if w)
+    lines = [head, f"    {d.message}"]
+    if d.node or d.module:
+        lines.append(f"    at {d.node or '-'} in {d.module or '-'}")
+    if d.source:
+        lines.append(f"    {d.source}")
+    return lines
+
+
+def _diagnostics(report: Report) -> list[str]:
+    lines = [
+        "",
+        f"diagnostics ({len(report.diagnostics)}):" if report.diagnostics else "diagnostics: none",
+    ]
+    for d in report.diagnostics:
+        lines.extend("  " + line for line in _diagnostic_lines(d))
+    return lines
+
+
+def render_text(report: Report) -> str:
+    lines = _header(report)
+    lines += [_stage_line(s) for s in report.stages]
+    if report.stage_programs:
+        seconds = sum(p["export_seconds"] for p in report.stage_programs)
+        lines += [
+            f"  stage programs: {len(report.stage_programs)} exported in {seconds:.1f} s, "
+            f"{sum(p['nodes'] for p in report.stage_programs)} nodes, compared layer by layer"
+        ]
+    for cut in report.cuts:
+        codes = f" ({', '.join(sorted(set(cut.codes)))})" if cut.codes else ""
+        lines += ["", f"cut {cut.position}: {cut.verdict.upper()}{codes}"]
+        lines += _crossing_rows(cut.crossing)
+    lines += _diagnostics(report)
+    proven = sum(c.verdict == "pass" for c in report.cuts)
+    summary = f"{proven}/{len(report.cuts)} cuts proven"
+    if report.stage_programs:
+        differ = sum(d.code in ("GC301", "GC303") for d in report.errors)
+        plural = "" if differ == 1 else "s"
+        summary += f"; {len(report.stage_programs)} stage programs, {differ} difference{plural}"
+    lines += ["", f"verdict: {report.verdict.upper()} ({summary})"]
+    return "\n".join(lines) + "\n"
+
+
+def render_map(report: Report) -> str:
+    """One line per boundary: verdict, codes and what crosses."""
+    lines = [*_header(report), "", "  cut  verdict  codes        activations crossing"]
+    for cut in report.cuts:
+        acts = [c for c in cut.crossing if c.role == "activation"]
+        wire = ", ".join(f"{c.node.name}:{c.dtype}" for c in acts) or "-"
+        codes = ",".join(sorted(set(cut.codes))) or "-"
+        lines.append(f"  {cut.position:>3}  {cut.verdict.upper():<7}  {codes:<11}  {wire}")
+    whole = [d for d in report.diagnostics if d.cut is None]
+    if whole:
+        lines += [
+            "",
+            f"whole-program findings ({len(whole)}); no cut is legal until they are fixed:",
+        ]
+        for d in whole:
+            lines.extend("  " + line for line in _diagnostic_lines(d))
+    legal = report.legal_cuts()
+    lines += ["", f"legal cuts: {', '.join(map(str, legal)) if legal else 'none'}"]
+    return "\n".join(lines) + "\n"
+
+
+def _bytes_line(check: ByteCheck) -> str:
+    if check.status == "equal":
+        return "staged vs uncut: EQUAL (torch.equal on the logits)"
+    if check.status == "blocked":
+        return f"staged vs uncut: CANNOT RUN ({check.message})"
+    first = check.first_diff or {}
+    where = (
+        f"first at token {first['token']} (document {first['document']}, position "
+        f"{first['position']}), logit {first['column']}"
+        if first
+        else check.message
+    )
+    return f"staged vs uncut: DIFFER (max abs diff {check.max_abs_diff:.4g}; {where})"
+
+
+def _isolation_line(check: IsolationCheck) -> str:
+    n = check.documents
+    if check.status == "bitwise":
+        return f"document isolation: BITWISE ({n} documents alone equal their packed logits)"
+    detail = (
+        f"max relative diff {check.max_rel_diff:.2g} at document {check.worst_document}, "
+        f"tolerance {check.tolerance:g}"
+    )
+    if check.status == "tolerance":
+        return f"document isolation: WITHIN TOLERANCE ({detail}; not bitwise on this CPU)"
+    return f"document isolation: FAIL ({detail}: documents see each other)"
+
+
+def _train_line(check: TrainCheck) -> str:
+    if check.status == "equal":
+        return (
+            f"after one SGD step: EQUAL ({check.parameters} parameters and the logits of a "
+            "second forward)"
+        )
+    if check.status == "blocked":
+        return f"after one SGD step: CANNOT RUN ({check.message})"
+    names = ", ".join(check.differing[:3]) + (", ..." if len(check.differing) > 3 else "")
+    params = f"{len(check.differing)}/{check.parameters} parameters differ"
+    detail = f"{params} (max abs diff {check.max_abs_diff:.4g}: {names})" if names else params
+    return f"after one SGD step: DIFFER ({detail}; second forward {check.logits_after})"
+
+
+def _handover_lines(report: GateReport) -> list[str]:
+    lines = []
+    for h in report.handovers:
+        if h.node is None:
+            lines.append(f"  cut {h.cut}: no activation may cross (the proof found no residual)")
+            continue
+        shape = "[" + ", ".join(h.shape) + "]" if h.shape else ""
+        note = f" (rounded from {h.dtype})" if h.rounded else ""
+        lines.append(f"  cut {h.cut}: hands over {h.node} {shape} as bf16 bytes{note}")
+    return lines
+
+
+_BYTES = {"equal": "bytes equal", "differ": "bytes differ", "blocked": "a stage cannot run"}
+_TRAINED = {
+    "equal": "equal after a step",
+    "differ": "differ after a step",
+    "blocked": "no training step",
+}
+
+
+def _summary(report: GateReport) -> str:
+    isolated = "documents isolated" if report.isolation.holds else "documents not isolated"
+    static = report.static_verdict.upper()
+    agree = "agrees with" if report.agrees else "CONTRADICTS"
+    what = f"{_BYTES[report.bytes.status]}, {isolated}"
+    if report.train is not None:
+        what += ", " + _TRAINED[report.train.status]
+    return f"verdict: {report.verdict.upper()} ({what}; {agree} the static proof: {static})"
+
+
+def render_gate_text(report: GateReport) -> str:
+    tokens = sum(report.docs)
+    lines = [
+        f"graphcheck {__version__} gate · {report.model} · {report.num_layers} layers · "
+        f"seed {report.seed} · {len(report.docs)} documents, {tokens} tokens · "
+        f"total {report.seconds.get('total', 0.0):.1f} s"
+    ]
+    lines += [_stage_line(s) for s in report.stages]
+    codes = f" ({', '.join(report.static_codes)})" if report.static_codes else ""
+    lines += ["", f"static proof: {report.static_verdict.upper()}{codes}"]
+    if report.mode == "graph":
+        lines.append("stages run: the exported uncut graph partitioned by the proof, in-process")
+    elif report.stage_builder:
+        lines.append(
+            f"stages run: stage builder {report.stage_builder}, one fresh process per stage, "
+            "weights from the uncut checkpoint"
+        )
+    lines += _handover_lines(report)
+    if not report.export_faithful:
+        lines.append("note: the exported uncut program itself differs from the model here")
+    lines += ["", _bytes_line(report.bytes), _isolation_line(report.isolation)]
+    if report.train is not None:
+        lines.append(_train_line(report.train))
+    lines += ["", _summary(report)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,173 @@
+"""Stage builders: the modules each pipeline stage actually runs.
+
+A builder is ``build(model, stage_index, layer_indices, num_stages) -> nn.Module``.
+The stage module's ``forward(x, position_ids, cu_seq_lens_q, cu_seq_lens_k,
+max_length_q, max_length_k)`` takes ``input_ids`` as ``x`` on the first stage and
+the bf16 hidden states ``[1, T, H]`` on the others, and returns hidden states
+(logits on the last stage).
+
+Builtins, for models written pipeline-aware (modules a stage does not own set to
+``None``; a stage without the embedding takes hidden states as ``input_ids``):
+
+* ``keep-index`` - deep copy, layers outside the stage set to ``None``, global
+  indices kept;
+* ``moduledict`` - layers held in a ``ModuleDict`` keyed by the original index;
+* ``rebuild`` - a fresh model from the config with ``num_hidden_layers`` = the
+  stage's layer count, the way many users and inference engines build stages. It
+  renumbers layers: graphcheck shows where that flips a kernel.
+
+For transformers causal LMs, which are not pipeline-aware
+(:mod:`graphcheck.stages.hf_builders`):
+
+* ``hf-slice`` - slice ``model.layers``, keep the layer objects (renumbers the
+  container: GC302 warns);
+* ``hf-rebuild`` - a fresh model with the stage's layer count, as inference
+  engines build stages.
+
+Anything else is ``path/to/file.py:function`` or ``package.module:function``.
+Every builder runs through :func:`call_builder`.
+
+With a model given by its spec, each stage is built the way a rank builds it: in a
+fresh process that imports the model code, builds the model with its factory and
+applies the builder (:func:`graphcheck.stages.build.build_stage_fresh`). An
+exception a builder raises is a one-line :class:`~graphcheck.errors.ModelLoadError`
+naming the builder and the stage.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+
+from torch import nn
+
+from graphcheck.errors import GraphcheckError, ModelLoadError, UsageError, one_line
+from graphcheck.model.layout import Layout
+from graphcheck.model.load import resolve_factory
+from graphcheck.stages.hf_builders import hf_rebuild, hf_slice
+
+__all__ = [
+    "BUILTINS",
+    "PIPELINE_AWARE",
+    "StageBuilder",
+    "call_builder",
+    "prune_edges",
+    "resolve_builder",
+]
+
+StageBuilder = Callable[[nn.Module, int, list[int], int], nn.Module]
+
+
+def _set(model: nn.Module, fqn: str, value: nn.Module | None) -> None:
+    parent, _, name = fqn.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, name, value)
+
+
+def prune_edges(stage: nn.Module, layout: Layout, index: int, num_stages: int) -> nn.Module:
+    """Drop the edge modules stage ``index`` does not own."""
+    if index > 0:
+        for fqn in layout.input_fqns:
+            _set(stage, fqn, None)
+    if index < num_stages - 1:
+        for fqn in layout.output_fqns:
+            _set(stage, fqn, None)
+    return stage
+
+
+def keep_index(model, layout: Layout, index: int, layers: list[int], num_stages: int):
+    stage = copy.deepcopy(model)
+    container = stage.get_submodule(layout.layer_prefix)
+    keep = set(layers)
+    for key, layer in list(layout.layer_keys.items()):
+        if layer not in keep:
+            if isinstance(container, nn.ModuleDict):
+                del container[key]
+            else:
+                container[int(key)] = None
+    return prune_edges(stage, layout, index, num_stages)
+
+
+def moduledict(model, layout: Layout, index: int, layers: list[int], num_stages: int):
+    stage = copy.deepcopy(model)
+    container = stage.get_submodule(layout.layer_prefix)
+    by_index = {
+        g: container[int(k)] if isinstance(container, nn.ModuleList) else container[k]
+        for k, g in layout.layer_keys.items()
+    }
+    _set(stage, layout.layer_prefix, nn.ModuleDict({str(g): by_index[g] for g in layers}))
+    return prune_edges(stage, layout, index, num_stages)
+
+
+def rebuild(model, layout: Layout, index: int, layers: list[int], num_stages: int):
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ModelLoadError("the rebuild stage builder needs model.config")
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.replace(config, num_hidden_layers=len(layers))
+    else:
+        config = copy.deepcopy(config)
+        config.num_hidden_layers = len(layers)
+    try:
+        stage = type(model)(config)
+    except Exception as err:
+        raise ModelLoadError(f"rebuilding {type(model).__name__} raised {err}") from err
+    return prune_edges(stage, layout, index, num_stages)
+
+
+def _layout_free(builder: StageBuilder):
+    return lambda model, layout, index, layers, num_stages: builder(
+        model, index, layers, num_stages
+    )
+
+
+BUILTINS = {
+    "keep-index": keep_index,
+    "moduledict": moduledict,
+    "rebuild": rebuild,
+    "hf-slice": _layout_free(hf_slice),
+    "hf-rebuild": _layout_free(hf_rebuild),
+}
+# The builtins that need a pipeline-aware model (a stage sets what it does not own to None).
+PIPELINE_AWARE = frozenset({"keep-index", "moduledict", "rebuild"})
+
+
+def resolve_builder(name: str, layout: Layout) -> StageBuilder:
+    """A builtin name or ``file.py:function``, as ``build(model, index, layers, num_stages)``."""
+    if name in BUILTINS:
+        builtin = BUILTINS[name]
+        return lambda model, index, layers, num: builtin(model, layout, index, layers, num)
+    if ":" not in name:
+        known = ", ".join(BUILTINS)
+        raise UsageError(f"unknown stage builder {name!r}: use {known} or file.py:function")
+    return resolve_factory(name)
+
+
+def call_builder(
+    builder: StageBuilder,
+    model: nn.Module,
+    index: int,
+    layers: list[int],
+    num_stages: int,
+    name: str | None = None,
+) -> nn.Module:
+    """``builder(model, index, layers, num_stages)``, the one call every path makes: a
+    raise or a non-module becomes a one-line :class:`ModelLoadError` (exit 2) naming the
+    builder and the stage."""
+    what = name or getattr(builder, "__qualname__", "the stage builder")
+    span = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
+    try:
+        module = builder(model, index, list(layers), num_stages)
+    except GraphcheckError as err:
+        raise type(err)(f"stage {index}: {err}") from None
+    except Exception as err:
+        raise ModelLoadError(
+            f"stage builder {what} raised {one_line(err)} for stage {index} ({span}); "
+            "fix the builder"
+        ) from None
+    if not isinstance(module, nn.Module):
+        raise ModelLoadError(
+            f"stage builder {what} returned {type(module).__name__} for stage {index}; "
+            "return an nn.Module"
+        )
+    return module

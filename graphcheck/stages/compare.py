@@ -1,0 +1,219 @@
+"""Stage-program equivalence: each stage runs the slice of the uncut program it replaces.
+
+The program each stage will actually run (a :class:`~graphcheck.stages.build.StageProgram`)
+is compared, part by part, with the uncut program: every global layer, the
+embedding on the first stage, the norm and head on the last, the side inputs
+each layer reads, and the hand-off between consecutive stages. Every difference
+is a :class:`Mismatch` of one :class:`MismatchKind`; each kind has exactly one
+owning rule (GC301 or GC303).
+
+Parts are compared by a Weisfeiler-Lehman hash (different hashes prove a
+difference) and, when hashes agree, by an exact ``DiGraphMatcher`` isomorphism.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from dataclasses import dataclass
+
+import torch.fx
+from networkx.algorithms.isomorphism import DiGraphMatcher
+
+from graphcheck.analysis.program import Program
+from graphcheck.analysis.regions import INPUT, OUTPUT, Region
+from graphcheck.diagnostics import source_line
+from graphcheck.stages.build import StageProgram
+from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
+
+__all__ = ["Mismatch", "compare_stage", "same_part"]
+
+
+@dataclass
+class Mismatch:
+    """A difference between a stage program and the uncut program.
+
+    ``kind``: ``layer`` (an op differs), ``side-choice`` (a layer reads another side
+    input the uncut program also computes), ``side-prelude`` (the stage computes a side
+    input the uncut program never does), ``edge`` (embedding / norm+head), ``boundary``
+    (the hand-off between stages), ``missing`` (a layer the stage does not run),
+    ``extra`` (a layer the uncut program does not run), ``glue`` (model-level work).
+    ``node`` and ``uncut`` are FX nodes or :class:`NodeRecord` values (both carry
+    ``name`` and ``meta``)."""
+
+    kind: str
+    stage: int
+    layer: int | None
+    message: str
+    node: NodeRecord | torch.fx.Node | None = None
+    uncut: NodeRecord | torch.fx.Node | None = None
+
+
+def same_part(a: Part, b: Part) -> bool:
+    """Exact equality of two parts: WL hashes as a filter, then an isomorphism."""
+    if len(a.graph) != len(b.graph) or a.hash != b.hash:
+        return False
+    matcher = DiGraphMatcher(
+        a.graph,
+        b.graph,
+        node_match=lambda x, y: x["label"] == y["label"],
+        edge_match=lambda x, y: x["pos"] == y["pos"],
+    )
+    return matcher.is_isomorphic()
+
+
+class _Uncut:
+    """The uncut program's parts and the set of side inputs it computes."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.provenance = Provenance(program)
+        self._all: set[str] | None = None
+
+    def part(self, region: Region) -> Part:
+        return part_of(self.program, region, self.provenance)
+
+    @property
+    def all(self) -> set[str]:
+        if self._all is None:
+            nodes = self.program.graph.nodes
+            self._all = {self.provenance(n) for n in nodes if n not in self.program.interval}
+        return self._all
+
+
+def compare_stage(
+    uncut: Program, stage: StageProgram, last: bool, hidden: int, glue: Counter | None = None
+) -> list[Mismatch]:
+    """Every difference between ``stage``'s program and its slice of ``uncut``.
+
+    ``glue`` holds the labels of the model-level ops the plan runs on this stage in
+    the uncut program; the stage program must run exactly those outside its layers."""
+    u = _Uncut(uncut)
+    present = set(uncut.layout.layer_keys.values())
+    found = []
+    for g in stage.layers:
+        sp = stage.parts.get(Region("layer", g))
+        if g not in present:
+            found += _extra_layer(stage, g, sp)
+            continue
+        found += _compare(u.part(Region("layer", g)), sp, u, stage.index, g)
+    if stage.index == 0:
+        found += _compare(u.part(INPUT), stage.parts[INPUT], u, stage.index, None)
+    if last:
+        found += _compare(u.part(OUTPUT), stage.parts[OUTPUT], u, stage.index, None)
+    else:
+        found += _boundary(stage, hidden)
+    if glue is not None:
+        found += _glue_difference(stage, glue)
+    return found
+
+
+def _extra_layer(stage: StageProgram, g: int, part: Part | None) -> list[Mismatch]:
+    if part is None or not part.ops:
+        return []
+    message = f"stage {stage.index} runs global layer {g}, which the uncut program does not run"
+    return [Mismatch("extra", stage.index, g, message, part.ops[0])]
+
+
+def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
+    """Model-level ops (outside every module) the stage adds to or drops from the uncut
+    program's share of this stage."""
+    added, dropped = stage.glue - expected, expected - stage.glue
+    if not added and not dropped:
+        return []
+    label = next(iter(added or dropped))
+    node = stage.glue_nodes.get(label) if added else None
+    what = "adds" if added else "drops"
+    message = (
+        f"stage {stage.index} {what} model-level work outside its modules: `{label}` "
+        f"({sum(added.values())} ops added, {sum(dropped.values())} dropped against the uncut "
+        "program); run the model's own code between layers"
+    )
+    return [Mismatch("glue", stage.index, None, message, node)]
+
+
+def _compare(up: Part, sp: Part, u: _Uncut, index: int, layer) -> list[Mismatch]:
+    if same_part(up, sp):
+        return []
+    what = f"global layer {layer}" if layer is not None else _edge_name(up)
+    if not sp.ops and up.ops:
+        return [Mismatch("missing", index, layer, f"stage {index} does not run {what}")]
+    kind = "layer" if layer is not None else "edge"
+    if up.labels() != sp.labels():
+        return [_op_difference(up, sp, index, layer, what, kind)]
+    return [_external_difference(up, sp, u, index, layer, what, kind)]
+
+
+def _edge_name(part: Part) -> str:
+    return "the input modules" if part.region == INPUT else "the output modules"
+
+
+def _op_difference(up: Part, sp: Part, index, layer, what, kind) -> Mismatch:
+    matcher = difflib.SequenceMatcher(a=up.labels(), b=sp.labels(), autojunk=False)
+    tag, i1, _, j1, _ = next(op for op in matcher.get_opcodes() if op[0] != "equal")
+    unode = up.ops[i1] if i1 < len(up.ops) else None
+    snode = sp.ops[j1] if j1 < len(sp.ops) else None
+    umod = unode.within if unode else None
+    smod = snode.within if snode else None
+    if tag == "replace" and unode.op == snode.op and umod == smod:
+        detail = _arg_difference(unode, snode)
+    elif umod != smod and unode is not None and snode is not None:
+        detail = f"uncut program runs `{umod}`; this stage's program runs `{smod}`"
+    elif len(up.ops) == len(sp.ops):
+        detail = f"uncut program {_call(unode)}; this stage's program {_call(snode)}"
+    else:
+        detail = (
+            f"uncut program has {len(up.ops)} ops, stage {index} program {len(sp.ops)}; "
+            f"first divergence: uncut {_call(unode)}, stage {_call(snode)}"
+        )
+    return Mismatch(kind, index, layer, f"{what}: {detail}", snode, unode)
+
+
+def _call(node: NodeRecord | None) -> str:
+    return f"calls `{node.op}`" if node is not None else "has no more ops"
+
+
+def _arg_difference(unode: NodeRecord, snode: NodeRecord) -> str:
+    ua, sa = dict(unode.args), dict(snode.args)
+    diffs = [(k, ua.get(k), sa.get(k)) for k in dict.fromkeys([*ua, *sa]) if ua.get(k) != sa.get(k)]
+    if not diffs:
+        diffs.append(("result", unode.value, snode.value))
+    ustr = ", ".join(f"{k}={a}" for k, a, _ in diffs)
+    sstr = ", ".join(f"{k}={b}" for k, _, b in diffs)
+    name = unode.op
+    return f"uncut program calls `{name}({ustr})`; this stage's program calls `{name}({sstr})`"
+
+
+def _external_difference(up: Part, sp: Part, u: _Uncut, index, layer, what, kind) -> Mismatch:
+    ulabels = {n.label: n for n in up.externals.values()}
+    slabels = {n.label: n for n in sp.externals.values()}
+    extra = [label for label in slabels if label not in ulabels]
+    gone = [label for label in ulabels if label not in slabels]
+    if not extra:
+        return Mismatch(kind, index, layer, f"{what}: same ops, wired differently")
+    snode, unode = slabels[extra[0]], ulabels[gone[0]] if gone else None
+    if extra[0].startswith("side:"):
+        kind = "side-choice" if extra[0][5:] in u.all else "side-prelude"
+    read = _describe(snode)
+    instead = f" where the uncut program reads {_describe(unode)}" if unode else ""
+    return Mismatch(kind, index, layer, f"{what} reads {read}{instead}", snode, unode)
+
+
+def _describe(node: NodeRecord) -> str:
+    where = source_line(node)
+    return f"`{node.name}` ({node.place}{'; ' + where if where else ''})"
+
+
+def _boundary(stage: StageProgram, hidden: int) -> list[Mismatch]:
+    """A non-last stage must return the bf16 ``[1, T, H]`` the next stage takes as ``x``."""
+    want = ["1", "T", str(hidden)]
+    values = [(d, s, n) for d, s, n in stage.outputs if d is not None]
+    if len(values) == 1 and (values[0][0], values[0][1]) == ("bfloat16", want):
+        return []
+    got = ", ".join(f"{d}{s}" for d, s, _ in values) or "nothing"
+    message = (
+        f"stage {stage.index} returns {got}, but stage {stage.index + 1} takes "
+        f"x = bfloat16{want}; return the bf16 residual stream"
+    )
+    node = values[0][2] if values else stage.outputs[0][2] if stage.outputs else None
+    return [Mismatch("boundary", stage.index, None, message, node)]

@@ -1,0 +1,305 @@
+"""Canonical fingerprints of a program's parts, for comparing programs.
+
+A *part* is the subgraph of one region (a decoder layer, the input modules,
+the output modules) as a labelled ``networkx.DiGraph``:
+
+* each op is a node labelled with its target, its non-tensor arguments (window
+  sizes, scales, eps, ``is_causal``), and its result's dtype and symbolic shape
+  (symbols by name: ``T``, ``N+1``);
+* each value the part reads from outside is a node too: a parameter or buffer by
+  its FQN relative to the layer that owns it (``self_attn.q_proj.weight``; another
+  layer's by global index, ``layer 3/rope.inv_freq``; a model-level one by its FQN
+  in the uncut model's namespace, so a stage module that wraps the model compares
+  equal), the incoming activation by dtype and shape, and every
+  side input (mask, rotary table, varlen metadata) by its *provenance*: a hash
+  of how the prelude computed it from the inputs, so a sliding-window layer
+  and a full layer that differ only in the mask they read are told apart;
+* edges carry the argument positions.
+
+Parts hold :class:`NodeRecord` values, not FX nodes: plain data that pickles, so a
+stage exported in a fresh process (:mod:`graphcheck.stages.fresh`) sends its parts back.
+
+>>> canonical([1.0, None, (2, "a")])
+'[1.0, None, [2, a]]'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import networkx as nx
+import torch
+import torch.fx
+from torch.utils._pytree import tree_flatten
+
+from graphcheck.analysis.fx import is_view_node, op_name
+from graphcheck.analysis.program import Program
+from graphcheck.analysis.regions import GLUE, Region
+from graphcheck.diagnostics import normalize_fqn
+
+__all__ = [
+    "NodeRecord",
+    "Part",
+    "Provenance",
+    "canonical",
+    "external_label",
+    "glue_labels",
+    "is_identity_view",
+    "is_size",
+    "op_label",
+    "part_of",
+    "record",
+    "value_label",
+    "within",
+]
+
+
+def canonical(value, readable=str) -> str:
+    """A stable text form of a non-tensor argument."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(canonical(v, readable) for v in value) + "]"
+    if isinstance(value, torch.fx.Node):
+        return "%"
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return readable(value)
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    return str(value)
+
+
+def op_label(program: Program, node: torch.fx.Node) -> str:
+    args = canonical(list(node.args), program.readable)[1:-1]
+    kwargs = ", ".join(f"{k}={canonical(v, program.readable)}" for k, v in node.kwargs.items())
+    sig = ", ".join(p for p in (args, kwargs) if p)
+    return f"{op_name(node.target)}({sig}) -> {value_label(program, node)}"
+
+
+def value_label(program: Program, node: torch.fx.Node) -> str:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return f"{program.dtype(node)}{program.shape(node)}"
+    if isinstance(val, (list, tuple)):
+        return "(" + ", ".join(type(v).__name__ for v in val) + ")"
+    return canonical(val, program.readable)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+class Provenance:
+    """How a side input was computed: a hash over its ancestry, by labels only.
+
+    ``rename`` maps a model-level FQN of this program to the uncut model's namespace
+    (a stage module that wraps the model holds ``inner.model.inv_freq``)."""
+
+    def __init__(self, program: Program, rename: Callable[[str], str] | None = None) -> None:
+        self.program = program
+        self.rename = rename or (lambda fqn: fqn)
+        self.memo: dict[torch.fx.Node, str] = {}
+
+    def fqn(self, fqn: str, layer: int | None = None) -> str:
+        """``fqn`` as compared across programs: relative to its layer when ``layer`` owns
+        it, by global layer index when another layer does, else renamed."""
+        layout = self.program.layout
+        owner = layout.layer_of(fqn)
+        if owner is None:
+            return self.rename(fqn)
+        key = fqn[len(layout.layer_prefix) + 1 :].split(".", 1)
+        rest = key[1] if len(key) > 1 else ""
+        return rest if owner == layer else f"layer {owner}/{rest}"
+
+    def __call__(self, node: torch.fx.Node) -> str:
+        if node not in self.memo:
+            self.memo[node] = self._compute(node)
+        return self.memo[node]
+
+    def _compute(self, node: torch.fx.Node) -> str:
+        program = self.program
+        if isinstance(node.meta.get("val"), _SYMBOLIC):
+            text = f"size:{value_label(program, node)}"  # sizes compare by expression
+        elif node.op == "placeholder":
+            owned = program.owner.get(node)
+            source = self.fqn(owned) if owned else self._input_name(node)
+            text = f"{program.region[node].kind}:{source}:{value_label(program, node)}"
+        else:
+            parents = [self(a) for a in node.all_input_nodes]
+            text = op_label(program, node) + "|" + ",".join(parents)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    def _input_name(self, node: torch.fx.Node) -> str:
+        names = {n: k for k, n in self.program.user_inputs.items()}
+        return names.get(node, node.name)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """What a comparison reports about one node, as plain data.
+
+    ``meta`` keeps the node's ``nn_module_stack`` and ``stack_trace``, so a
+    diagnostic can be located at a record as at an FX node."""
+
+    name: str
+    op: str  # op name, ``torch_attn._varlen_attn.default``
+    label: str  # :func:`op_label`, or the external label of a value read
+    value: str  # :func:`value_label`
+    args: tuple[tuple[str, str], ...]  # (argument name, canonical text)
+    within: str | None  # module path inside its layer, with the class
+    place: str  # :meth:`Program.label`
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+def record(program: Program, node: torch.fx.Node, label: str | None = None) -> NodeRecord:
+    """The :class:`NodeRecord` of ``node``."""
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema else []
+    args = tuple(
+        (names[i] if i < len(names) else f"arg{i}", canonical(a, program.readable))
+        for i, a in enumerate(node.args)
+    ) + tuple((k, canonical(v, program.readable)) for k, v in sorted(node.kwargs.items()))
+    stack = node.meta.get("nn_module_stack") or {}
+    meta = {
+        "nn_module_stack": {k: (str(p), _class_name(c)) for k, (p, c) in stack.items()},
+        "stack_trace": node.meta.get("stack_trace"),
+    }
+    call = node.op == "call_function"
+    return NodeRecord(
+        node.name,
+        op_name(node.target) if call else node.op,
+        label if label is not None else op_label(program, node) if call else node.name,
+        value_label(program, node),
+        args if call else (),
+        within(program, node),
+        program.label(node),
+        meta,
+    )
+
+
+def _class_name(cls) -> str:
+    return cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def within(program: Program, node: torch.fx.Node) -> str | None:
+    """Module path of ``node`` inside its layer, with the module's class
+    (``self_attn.q_proj (Linear)``)."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path, cls = stack[-1] if stack else ("", "")
+    path = normalize_fqn(path) or ""
+    region = program.region.get(node)
+    keys = {g: k for k, g in program.layout.layer_keys.items()}
+    if region is not None and region.kind == "layer":
+        path = path.removeprefix(f"{program.layout.layer_prefix}.{keys.get(region.layer)}.")
+    name = _class_name(cls).rsplit(".", 1)[-1] if cls else ""
+    return f"{path} ({name})" if name else path
+
+
+@dataclass
+class Part:
+    """One region of a program as a labelled graph, its ops and the values it reads."""
+
+    region: Region
+    graph: nx.DiGraph
+    ops: list[NodeRecord] = field(default_factory=list)
+    externals: dict[str, NodeRecord] = field(default_factory=dict)
+
+    @property
+    def hash(self) -> str:
+        with warnings.catch_warnings():  # networkx notes a change of its directed hashes
+            warnings.simplefilter("ignore")
+            return nx.weisfeiler_lehman_graph_hash(self.graph, node_attr="label", edge_attr="pos")
+
+    def labels(self) -> list[str]:
+        return [n.label for n in self.ops]
+
+
+def part_of(program: Program, region: Region, provenance: Provenance) -> Part:
+    """The part of ``program`` in ``region``; parameters and buffers named relative to
+    the layer (:meth:`Provenance.fqn`).
+
+    Sizes (SymInt arithmetic) are not ops of a part: they are recomputable metadata,
+    read as ``size:<expr>`` wherever they were computed. Views that change nothing
+    (a full slice, a view to the same shape) are looked through."""
+    part = Part(region, nx.DiGraph())
+    for node in program.graph.nodes:
+        if node.op != "call_function" or program.region.get(node) != region:
+            continue
+        if is_size(node) or is_identity_view(node):
+            continue
+        part.ops.append(record(program, node))
+        part.graph.add_node(node.name, label=part.ops[-1].label)
+        flat, _ = tree_flatten((node.args, node.kwargs))
+        for pos, arg in enumerate(flat):
+            if isinstance(arg, torch.fx.Node):
+                _add_edge(program, part, _through(arg), node, pos, provenance)
+    return part
+
+
+def _add_edge(program, part: Part, arg, node, pos: int, provenance) -> None:
+    internal = program.region.get(arg) == part.region and not is_size(arg)
+    source = arg.name if internal else _external(program, part, arg, provenance)
+    old = (
+        part.graph.edges[source, node.name]["pos"] if part.graph.has_edge(source, node.name) else ""
+    )
+    part.graph.add_edge(source, node.name, pos=f"{old}{pos},")
+
+
+def is_size(node: torch.fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), _SYMBOLIC)
+
+
+def is_identity_view(node: torch.fx.Node) -> bool:
+    """A view whose result is its input, same shape and dtype (``x[:, 0:]``)."""
+    if not is_view_node(node) or node.target is operator.getitem:
+        return False
+    src = node.args[0] if node.args else None
+    a, b = node.meta.get("val"), getattr(src, "meta", {}).get("val")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return (
+        a.dtype == b.dtype and str(a.shape) == str(b.shape) and str(a.stride()) == str(b.stride())
+    )
+
+
+def glue_labels(program: Program, nodes) -> Counter:
+    """Labels of the model-level ops among ``nodes`` that carry state (activations,
+    weight-derived values), sizes and identity views left out."""
+    return Counter(
+        op_label(program, n)
+        for n in nodes
+        if program.region.get(n) == GLUE
+        and n in program.interval
+        and n.op == "call_function"
+        and not is_size(n)
+        and not is_identity_view(n)
+    )
+
+
+def _through(node: torch.fx.Node) -> torch.fx.Node:
+    while node.op == "call_function" and is_identity_view(node):
+        node = node.args[0]
+    return node
+
+
+def _external(program, part: Part, node, provenance: Provenance) -> str:
+    key = f"ext:{node.name}"
+    if key not in part.graph:
+        label = external_label(program, node, provenance, part.region.layer)
+        part.externals[key] = record(program, node, label)
+        part.graph.add_node(key, label=label)
+    return key
+
+
+def external_label(program: Program, node, provenance: Provenance, layer: int | None) -> str:
+    """The label of a value ``node`` read by a part of ``layer`` (``None``: not a layer)."""
+    region = program.region.get(node)
+    fqn = program.owner.get(node)
+    if region is not None and region.kind in ("parameter", "buffer") and fqn:
+        kind = "param" if region.kind == "parameter" else "buffer"
+        return f"{kind}:{provenance.fqn(fqn, layer)}:{value_label(program, node)}"
+    if program.role.get(node) == "activation":
+        return f"activation:{value_label(program, node)}"
+    return f"side:{provenance(node)}"

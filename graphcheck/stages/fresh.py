@@ -1,0 +1,128 @@
+"""Run a function in a fresh process, as a pipeline rank would.
+
+A rank builds only its own stage: it has imported the model code, but no state
+left by building, running or exporting the uncut model or another stage
+(class-level counters, caches filled by a first caller, module-level flags set
+at trace time). :func:`run_fresh` gives each call such a process: a child of a
+fork server that has imported torch and graphcheck and nothing else, used for
+one call only. The fork server also exports a toy module of its own once, so
+each child starts with torch.export's lazy imports and first-call caches done
+(about 2 s a stage otherwise); no model code runs there.
+
+``fn`` and its arguments must pickle by reference (a module-level function,
+plain data); the result comes back pickled. An exception raised in the child
+is raised again in the caller with its type and message.
+:func:`run_fresh_many` runs several such calls side by side (one fresh child
+each, at most one per CPU) and returns their results in order.
+
+>>> run_fresh(pow, 2, 10)
+1024
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from graphcheck.errors import GraphcheckError
+
+__all__ = ["FreshProcessError", "run_fresh", "run_fresh_many", "start"]
+
+_PRELOAD = ["torch", "graphcheck.api"]
+_context = None
+
+
+class FreshProcessError(GraphcheckError):
+    """The fresh process died before it returned (a crash, a signal, out of memory)."""
+
+
+def _in_fork_server() -> bool:
+    """Whether this import runs while the fork server preloads its modules."""
+    frame = sys._getframe()
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "main" and code.co_filename.endswith("forkserver.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _warm_up() -> None:
+    """Export a toy varlen stage once (best effort: a failure only costs time)."""
+    import torch
+    from torch import nn
+    from torch.nn.attention.varlen import varlen_attn
+
+    from graphcheck.analysis.export import export_model
+    from graphcheck.model.load import default_dtype, fake_mode
+
+    class Toy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x, position_ids, cu_q, cu_k, max_q, max_k):
+            t = x.shape[1]
+            q = self.proj(x).view(t, 2, 4)
+            return varlen_attn(q, q, q, cu_q, cu_k, max_q, max_k).reshape(1, t, 8)
+
+    mode = fake_mode()
+    try:
+        with mode, default_dtype(torch.bfloat16):
+            toy = Toy()
+        export_model(toy, mode, stage_input="hidden", hidden_size=8)
+    except Exception:  # the children then warm up on their own
+        pass
+
+
+def _fork_server():
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(_PRELOAD)
+    return _context
+
+
+def start() -> None:
+    """Start the fork server in the background, so its preloading (a few seconds)
+    overlaps other work; :func:`run_fresh` waits for it."""
+    _fork_server()
+    threading.Thread(target=multiprocessing.forkserver.ensure_running, daemon=True).start()
+
+
+def run_fresh(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a fresh child of the fork server; its result."""
+    with ProcessPoolExecutor(1, mp_context=_fork_server(), max_tasks_per_child=1) as pool:
+        try:
+            return pool.submit(fn, *args, **kwargs).result()
+        except BrokenProcessPool as err:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise FreshProcessError(f"the process running {name} died: {err}") from None
+
+
+def run_fresh_many(fn: Callable, calls: Sequence[tuple], workers: int | None = None) -> list:
+    """``[fn(*args) for args in calls]``, each call in its own fresh child, up to
+    ``workers`` (default: the CPU count) at a time. The first call to fail (in the
+    order of ``calls``) raises; the calls not yet started are cancelled."""
+    if not calls:
+        return []
+    workers = max(1, min(len(calls), workers or os.cpu_count() or 1))
+    pool = ProcessPoolExecutor(workers, mp_context=_fork_server(), max_tasks_per_child=1)
+    try:
+        futures = [pool.submit(fn, *args) for args in calls]
+        return [future.result() for future in futures]
+    except BrokenProcessPool as err:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise FreshProcessError(f"a process running {name} died: {err}") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+if _in_fork_server():
+    _warm_up()

@@ -1,0 +1,120 @@
+"""Every stage of a plan built, exported and compared with the uncut program.
+
+A model given by its spec and a builder given by name are built as ranks build
+them: each stage in a fresh process (:func:`graphcheck.stages.build.build_stage_fresh`).
+Otherwise the stages are built in this process, after the uncut model
+(``isolated`` is false).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.fx
+
+from graphcheck.analysis.plan import StagePlan
+from graphcheck.analysis.program import Program
+from graphcheck.errors import ExportError
+from graphcheck.kernels import patched
+from graphcheck.model.session import Session, portable
+from graphcheck.stages.build import StageProgram, StageRequest, build_stage, build_stage_fresh
+from graphcheck.stages.builders import BUILTINS, PIPELINE_AWARE, StageBuilder, resolve_builder
+from graphcheck.stages.compare import Mismatch, compare_stage
+from graphcheck.stages.fingerprint import glue_labels
+from graphcheck.stages.fresh import run_fresh_many
+
+__all__ = ["stage_programs"]
+
+
+def stage_programs(
+    session: Session,
+    builder: str | StageBuilder,
+    program: Program,
+    plan: StagePlan,
+    stage_of: Callable[[torch.fx.Node], int | None],
+    widths: list[int],
+) -> tuple[list[StageProgram], list[Mismatch]]:
+    """Build, export and compare every stage of ``plan``. ``widths[k]`` is the width of
+    the residual stage ``k`` takes (0 for the first); ``stage_of`` places the uncut
+    program's nodes."""
+    bounds = (0, *plan.cuts, plan.num_layers)
+    spans = [list(range(lo, hi)) for lo, hi in itertools.pairwise(bounds)]
+    name = builder if isinstance(builder, str) else None
+    if name is not None and name not in BUILTINS and ":" not in name:
+        resolve_builder(name, session.layout)  # the one-line error for an unknown name
+    with _builtin_hint(name):
+        if name is not None and session.spec is not None:
+            stages = _fresh_stages(session, name, spans, widths)
+        else:
+            stages = _local_stages(session, builder, name, spans, widths)
+    mismatches = []
+    for stage in stages:
+        last = stage.index == plan.num_stages - 1
+        nodes = [n for n in program.interval if stage_of(n) == stage.index]
+        glue = glue_labels(program, nodes)
+        mismatches += compare_stage(program, stage, last, widths[stage.index + 1], glue)
+    return stages, mismatches
+
+
+def _fresh_stages(session: Session, builder: str, spans: list[list[int]], widths: list[int]):
+    """Each stage built and exported in its own fresh process."""
+    kernels = str(Path(session.kernels).resolve()) if session.kernels else None
+    requests = [
+        StageRequest(
+            portable(session.spec),
+            portable(builder),
+            session.layout,
+            index,
+            tuple(layers),
+            len(spans),
+            widths[index],
+            session.strict,
+            tuple(session.settings.items()),
+            kernels,
+            session.use_stand_ins,
+        )
+        for index, layers in enumerate(spans)
+    ]
+    return run_fresh_many(build_stage_fresh, [(r,) for r in requests])
+
+
+def _local_stages(session: Session, builder, name: str | None, spans, widths):
+    """Each stage built in this process, after the uncut model (not isolated)."""
+    if isinstance(builder, str):
+        builder = resolve_builder(builder, session.layout)
+    stages = []
+    for index, layers in enumerate(spans):
+        with patched(session.module, session.stand_ins):
+            stages.append(
+                build_stage(
+                    session.module,
+                    session.layout,
+                    builder,
+                    session.mode,
+                    index,
+                    layers,
+                    len(spans),
+                    widths[index],
+                    session.strict,
+                    name,
+                )
+            )
+    return stages
+
+
+@contextlib.contextmanager
+def _builtin_hint(name: str | None):
+    """Say what the builtin stage builders expect when a stage fails to export."""
+    try:
+        yield
+    except ExportError as err:
+        if name not in PIPELINE_AWARE:
+            raise
+        raise ExportError(
+            f"{err}; the builtin stage builders ({name}) need a pipeline-aware "
+            "model (a stage sets the modules it does not own to None and takes hidden states "
+            "as input_ids): pass --stage-builder file.py:function"
+        ) from err
