@@ -1,8 +1,8 @@
 """Export a model with symbolic packed-varlen inputs.
 
-The example batch follows the packed-varlen convention: ``input_ids`` and
-``position_ids`` ``[1, T]`` int64, ``cu_seq_lens_q/k`` ``[N + 1]`` int32 and
-``max_length_q/k`` ints. T, N + 1 and the max lengths are symbolic; example
+The example batch follows the packed-varlen convention of :mod:`graphcheck.varlen`:
+``input_ids`` and ``position_ids`` ``[1, T]`` int64, ``cu_seq_lens_q/k`` ``[N + 1]``
+int32 and ``max_length_q/k`` ints. T, N + 1 and the max lengths are symbolic; example
 sizes avoid 0 and 1 (which specialise) and values that collide with model
 widths. Only the inputs ``forward`` accepts are passed; a ``**kwargs``
 forward is wrapped with explicit arguments, since torch rejects
@@ -35,17 +35,11 @@ from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from graphcheck.errors import ExportError
 from graphcheck.model.load import default_dtype
+from graphcheck.varlen import BY_NAME, example_values, model_inputs, stage_inputs
 
 __all__ = ["VARLEN_INPUTS", "Exported", "example_inputs", "export_model"]
 
-VARLEN_INPUTS = (
-    "input_ids",
-    "position_ids",
-    "cu_seq_lens_q",
-    "cu_seq_lens_k",
-    "max_length_q",
-    "max_length_k",
-)
+VARLEN_INPUTS = model_inputs()
 EXAMPLE_DOCS = (7, 12, 10)  # T = 29 tokens in N = 3 documents
 
 
@@ -65,35 +59,20 @@ def example_inputs(names: tuple[str, ...], hidden_size: int = 0) -> dict[str, ob
 
     ``hidden`` is the bf16 residual ``[1, T, hidden_size]`` a later pipeline stage
     takes in place of ``input_ids``."""
-    total = sum(EXAMPLE_DOCS)
-    positions = torch.cat([torch.arange(n) for n in EXAMPLE_DOCS])[None]
-    bounds = [sum(EXAMPLE_DOCS[:i]) for i in range(len(EXAMPLE_DOCS) + 1)]
-    cu = torch.tensor(bounds, dtype=torch.int32)
-    values = {
-        "input_ids": torch.zeros(1, total, dtype=torch.long),
-        "hidden": torch.zeros(1, total, hidden_size, dtype=torch.bfloat16),
-        "position_ids": positions,
-        "cu_seq_lens_q": cu,
-        "cu_seq_lens_k": cu.clone(),
-        "max_length_q": max(EXAMPLE_DOCS),
-        "max_length_k": max(EXAMPLE_DOCS),
-    }
-    return {name: values[name] for name in names}
+    return example_values(EXAMPLE_DOCS, names, hidden_size)
 
 
 def _dynamic_shapes(names: tuple[str, ...], auto: bool) -> dict[str, object]:
-    tokens = Dim.AUTO if auto else Dim("T", min=2)
-    docs = Dim.AUTO if auto else Dim("N1", min=2)
-    spec = {
-        "input_ids": {1: tokens},
-        "hidden": {1: tokens},
-        "position_ids": {1: tokens},
-        "cu_seq_lens_q": {0: docs},
-        "cu_seq_lens_k": {0: docs},
-        "max_length_q": Dim.AUTO if auto else Dim.DYNAMIC,
-        "max_length_k": Dim.AUTO if auto else Dim.DYNAMIC,
-    }
-    return {name: spec[name] for name in names}
+    """Every varlen dim symbolic (``T``, ``N1``, the max lengths), or automatic."""
+    dims: dict[str, object] = {}
+    spec: dict[str, object] = {}
+    for name in names:
+        row = BY_NAME[name]
+        if row.dim_name is not None and not auto:
+            dims.setdefault(row.dim_name, Dim(row.dim_name, min=2))
+        dim = Dim.AUTO if auto else dims.get(row.dim_name, Dim.DYNAMIC)
+        spec[name] = dim if row.dim is None else {row.dim: dim}
+    return spec
 
 
 def accepted_inputs(model: nn.Module) -> tuple[tuple[str, ...], bool]:
@@ -115,12 +94,6 @@ def _explicit_forward(model: nn.Module, names: tuple[str, ...]):
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
     forward.__signature__ = inspect.Signature(params)
     return forward
-
-
-def stage_inputs(first: str) -> tuple[str, ...]:
-    """The positional inputs of a stage module: ``x`` (``input_ids`` on the first stage,
-    ``hidden`` on the others), then the varlen metadata."""
-    return (first, *VARLEN_INPUTS[1:])
 
 
 def export_model(
@@ -216,8 +189,6 @@ def _condense(err: BaseException) -> str:
 
 def _symbol_names(exported: Exported) -> dict[str, str]:
     """Readable names for the symbols of the input dims: T, N+1, max_length_q."""
-    readable = {"input_ids": "T", "hidden": "T", "position_ids": "T", "cu_seq_lens_q": "N+1"}
-    readable |= {"cu_seq_lens_k": "N+1", "max_length_q": "max_q", "max_length_k": "max_k"}
     names: dict[str, str] = {}
     nodes = {n.name: n for n in exported.program.graph.nodes if n.op == "placeholder"}
     user = exported.program.graph_signature.user_inputs
@@ -227,5 +198,5 @@ def _symbol_names(exported: Exported) -> dict[str, str]:
         for dim in dims:
             expr = getattr(getattr(dim, "node", None), "expr", None)
             if expr is not None and getattr(expr, "is_Symbol", False):
-                names.setdefault(str(expr), readable[name])
+                names.setdefault(str(expr), BY_NAME[name].symbol)
     return names
