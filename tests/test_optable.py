@@ -11,7 +11,7 @@ from hfcache import explorer as hf_explorer
 
 import graphcheck
 from graphcheck.analysis.fx import op_name
-from graphcheck.analysis.optable import TABLE, table_markdown
+from graphcheck.analysis.transfer import TABLE, table_markdown
 from graphcheck.api import Explorer
 
 

@@ -35,6 +35,8 @@ from enum import IntEnum, StrEnum
 import torch
 import torch.fx
 
+from graphcheck.analysis.fx import op_name
+
 __all__ = [
     "Interp",
     "align",
@@ -156,9 +158,10 @@ class Val:
 class Interp:
     """The state the transfer functions read and write."""
 
-    def __init__(self, root: torch.nn.Module, tokens: set[str]) -> None:
+    def __init__(self, root: torch.nn.Module, tokens: set[str], transfer=None) -> None:
         self.root = root
         self.tokens = tokens
+        self.transfer = transfer  # (interp, node) -> value: the op table's dispatch
         self.vals: dict[torch.fx.Node, object] = {}
         self.reasons: dict[torch.fx.Node, str] = {}
         self.writes: list[torch.fx.Node] = []
@@ -323,3 +326,21 @@ def moved_pairs(val: Val, mapping: dict[int, int]) -> dict:
         "tri": val.tri.moved(mapping) if val.tri else None,
         "shift": shift,
     }
+
+
+def unknown(interp: Interp, node: torch.fx.Node) -> Val:
+    """Not in the table: fail closed when it touches tokens."""
+    vals = node_vals(interp, node)
+    toks = meta_toks(node.meta.get("val"), interp.tokens)
+    if has_tokens(vals) or any(toks):
+        reason = f"`{op_name(node.target)}` is not in graphcheck's op table and touches"
+        return interp.leak(node, reason + " the token dimension (fail closed)")
+    return Val(toks, **carry(vals))
+
+
+def unknown_or_leak(interp: Interp, node: torch.fx.Node, reason: str) -> Val:
+    vals = node_vals(interp, node)
+    toks = meta_toks(node.meta.get("val"), interp.tokens)
+    if has_tokens(vals) or any(toks):
+        return interp.leak(node, reason)
+    return Val(toks, **carry(vals))

@@ -1,15 +1,12 @@
 """The op table: how each ATen op moves data along the token dimension.
 
-Each entry of :data:`TABLE` is a transfer function ``(interp, node) -> Val``
-over the domain of :mod:`graphcheck.analysis.locality`, grouped by family: token-wise
-(pointwise) ops, views, reductions and norms, softmaxes, factories and sizes
-(here), contractions, scans, sorts, indexing, attention and higher-order ops
-(:mod:`graphcheck.analysis.optable_mixers`). An op that is not in the table and touches
-a token dimension makes its result ``LEAK``: the proof fails closed.
-``docs/soundness.md`` says what each family assumes.
-
->>> "aten.add.Tensor" in TABLE, "aten.cumsum.default" in TABLE, "aten.frobnicate" in TABLE
-(True, True, False)
+Each entry of :data:`FAMILIES` names ATen ops and their transfer function
+``(interp, node) -> Val`` over the domain of :mod:`graphcheck.analysis.locality`:
+token-wise (pointwise) ops, views, reductions and norms, softmaxes, factories and
+sizes. Contractions, scans, sorts, indexing, attention and higher-order ops are in
+:mod:`graphcheck.analysis.optable_mixers`; :mod:`graphcheck.analysis.transfer`
+assembles both into the one table. ``docs/soundness.md`` says what each family
+assumes.
 """
 
 from __future__ import annotations
@@ -30,71 +27,18 @@ from graphcheck.analysis.locality import (
     align,
     bind,
     carry,
-    has_tokens,
     is_one,
     meta_toks,
     moved_pairs,
     ndim_of,
-    node_vals,
     norm_dim,
     shape_of,
     symbols,
     union,
+    unknown,
 )
 
-__all__ = ["TABLE", "table_markdown", "transfer", "unknown"]
-
-
-def unknown(interp: Interp, node: torch.fx.Node) -> Val:
-    """Not in the table: fail closed when it touches tokens."""
-    vals = node_vals(interp, node)
-    toks = meta_toks(node.meta.get("val"), interp.tokens)
-    if has_tokens(vals) or any(toks):
-        reason = f"`{op_name(node.target)}` is not in graphcheck's op table and touches"
-        return interp.leak(node, reason + " the token dimension (fail closed)")
-    return Val(toks, **carry(vals))
-
-
-def unknown_or_leak(interp: Interp, node: torch.fx.Node, reason: str) -> Val:
-    vals = node_vals(interp, node)
-    toks = meta_toks(node.meta.get("val"), interp.tokens)
-    if has_tokens(vals) or any(toks):
-        return interp.leak(node, reason)
-    return Val(toks, **carry(vals))
-
-
-def transfer(interp: Interp, node: torch.fx.Node):
-    """The abstract value of ``node``; an in-place op also updates what it writes."""
-    name = op_name(node.target)
-    fn = TABLE.get(name)
-    written = None
-    if fn is None and "_." in name:  # aten.add_.Tensor computes aten.add.Tensor in place
-        fn = TABLE.get(name.replace("_.", ".", 1))
-        written = node.args[0] if node.args else None
-    if fn is None:
-        fn = _fallback(node)
-    try:
-        result = fn(interp, node)
-    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as err:
-        reason = f"graphcheck could not follow `{name}` ({type(err).__name__}: {err}; fail closed)"
-        result = unknown_or_leak(interp, node, reason)
-    if isinstance(written, torch.fx.Node) and isinstance(result, Val):
-        old = interp.val(written)
-        merged = result if old is None else old.with_(**carry([old, result]), kind=None)
-        interp.vals[written] = merged
-        interp.writes.append(written)
-    return result
-
-
-def _fallback(node: torch.fx.Node):
-    from graphcheck.analysis.optable_mixers import custom, higher_order
-
-    target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return higher_order
-    if isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims"):
-        return custom
-    return unknown
+__all__ = ["FAMILIES"]
 
 
 # --- sizes, factories --------------------------------------------------------------------
@@ -753,14 +697,6 @@ def softmax(interp: Interp, node: torch.fx.Node) -> Val:
     return interp.leak(node, "softmax over the token dimension without a document mask")
 
 
-def _table() -> dict:
-    table: dict = {}
-    for names, fn in _FAMILIES:
-        for name in names.split():
-            table[name if not name.startswith("op:") else name[3:]] = fn
-    return table
-
-
 _POINTWISE = """
 aten.add.Tensor aten.add.Scalar aten.sub.Tensor aten.sub.Scalar aten.rsub.Scalar
 aten.rsub.Tensor aten.mul.Tensor aten.mul.Scalar aten.div.Tensor aten.div.Scalar
@@ -810,7 +746,7 @@ aten.ones_like.default aten.empty_like.default aten.full_like.default aten.rand.
 aten.randn.default aten.rand_like.default aten.randn_like.default aten.randint.low
 aten.empty_strided.default aten.eye.default aten.linspace.default aten.tensor.default
 """
-_FAMILIES = [
+FAMILIES = [
     (_POINTWISE, pointwise),
     (_STRUCTURAL, structural),
     (_FACTORY, factory),
@@ -856,22 +792,3 @@ _FAMILIES = [
         softmax,
     ),
 ]
-
-
-def table_markdown() -> str:
-    """The op table as Markdown, one row per family (``docs/soundness.md`` holds it)."""
-    rows = ["| family | ops |", "|---|---|"]
-    for names, fn in _FAMILIES:
-        ops = ", ".join(f"`{n.removeprefix('op:')}`" for n in sorted(names.split()))
-        rows.append(f"| `{fn.__name__.strip('_')}` | {ops} |")
-    return "\n".join(rows) + "\n"
-
-
-def _assemble() -> dict:
-    from graphcheck.analysis.optable_mixers import FAMILIES
-
-    _FAMILIES.extend(FAMILIES)
-    return _table()
-
-
-TABLE = _assemble()

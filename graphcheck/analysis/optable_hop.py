@@ -52,8 +52,6 @@ def _module(interp: Interp, arg) -> torch.fx.GraphModule | None:
 
 def _inline(interp: Interp, node: torch.fx.Node):
     """Interpret the wrapped subgraph with the operands that follow it."""
-    from graphcheck.analysis.optable import transfer
-
     position = next((i for i, a in enumerate(node.args) if _module(interp, a)), None)
     if position is None:
         return None
@@ -64,7 +62,7 @@ def _inline(interp: Interp, node: torch.fx.Node):
         interp.vals[ph] = interp.val(arg) or Val(meta_toks(ph.meta.get("val"), interp.tokens))
     for inner in sub.graph.nodes:
         if inner.op == "call_function":
-            interp.vals[inner] = transfer(interp, inner)
+            interp.vals[inner] = interp.transfer(interp, inner)
         elif inner.op == "get_attr":
             interp.vals[inner] = Val(meta_toks(inner.meta.get("val"), interp.tokens))
         elif inner.op == "output":

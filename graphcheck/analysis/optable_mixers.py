@@ -43,9 +43,10 @@ from graphcheck.analysis.locality import (
     norm_dim,
     shape_of,
     union,
+    unknown,
 )
 
-__all__ = ["FAMILIES", "higher_order"]
+__all__ = ["FAMILIES", "custom", "higher_order"]
 
 
 def _src(interp: Interp, node: torch.fx.Node, index: int = 0) -> Val | None:
@@ -81,8 +82,6 @@ def _matmul_spec(a_nd: int, b_nd: int, out_nd: int) -> tuple[str, str, str] | No
 def contract(interp: Interp, node: torch.fx.Node) -> Val:
     spec = _contraction(node)
     if spec is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     operands, letters, out = spec
     vals = [interp.val(a) for a in operands]
@@ -192,8 +191,6 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
     unless it counts document starts (document ids) or runs inside a triangle."""
     src = _src(interp, node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(node.args[1], len(src.toks))
     if src.toks[dim] is None:
@@ -219,8 +216,6 @@ def sort(interp: Interp, node: torch.fx.Node):
     src = _src(interp, node)
     bound = bind(node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(bound.get("dim", -1), len(src.toks))
     if src.toks[dim] is None:
@@ -240,8 +235,6 @@ def topk(interp: Interp, node: torch.fx.Node):
     src = _src(interp, node)
     bound = bind(node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(bound.get("dim", -1), len(src.toks))
     if src.toks[dim] is not None:
@@ -293,8 +286,6 @@ def index_fill(interp: Interp, node: torch.fx.Node) -> Val:
     bound = bind(node)
     src, idx = interp.val(bound.get("self")), interp.val(bound.get("index"))
     if src is None or idx is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(bound.get("dim", 0), len(src.toks))
     if src.toks[dim] is None:
@@ -385,8 +376,6 @@ def index(interp: Interp, node: torch.fx.Node) -> Val:
     src = _src(interp, node)
     indices = node.args[1]
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     used = [(d, i) for d, i in enumerate(indices) if i is not None]
     if len(used) == 1:
@@ -435,8 +424,6 @@ def _adjacent(used) -> bool:
 def index_select(interp: Interp, node: torch.fx.Node) -> Val:
     src, idx = _src(interp, node), interp.val(node.args[2])
     if src is None or idx is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     return _gather_rows(interp, node, src, norm_dim(node.args[1], len(src.toks)), idx)
 
@@ -453,8 +440,6 @@ def embedding(interp: Interp, node: torch.fx.Node) -> Val:
 def gather(interp: Interp, node: torch.fx.Node) -> Val:
     src, idx = _src(interp, node), interp.val(node.args[2])
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(node.args[1], len(src.toks))
     if src.toks[dim] is not None:
@@ -469,8 +454,6 @@ def scatter(interp: Interp, node: torch.fx.Node) -> Val:
     """``scatter`` / ``scatter_add`` along a feature dim: element-aligned on the rest."""
     src = _src(interp, node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(node.args[1], len(src.toks))
     operands = [a for a in node.args[2:] if isinstance(a, torch.fx.Node)]
@@ -486,8 +469,6 @@ def index_add(interp: Interp, node: torch.fx.Node) -> Val:
     dst, idx = interp.val(bound.get("self")), interp.val(bound.get("index"))
     rows = interp.val(bound.get("source"))
     if dst is None or idx is None or rows is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dim = norm_dim(bound.get("dim", 0), len(dst.toks))
     return _scatter_rows(interp, node, dst, dim, idx, rows)
@@ -514,8 +495,6 @@ def index_put(interp: Interp, node: torch.fx.Node) -> Val:
     dst, indices, values = _src(interp, node), node.args[1], interp.val(node.args[2])
     used = [(d, interp.val(i)) for d, i in enumerate(indices) if i is not None]
     if dst is None or values is None or len(used) != 1 or used[0][1] is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     d, idx = used[0]
     if idx.kind == Kind.PERM and values.kind == Kind.INDEX and dst.dep == Dep.NONE:
@@ -572,8 +551,6 @@ def shift(interp: Interp, node: torch.fx.Node) -> Val:
     """``roll`` / ``flip`` / padding of T move tokens onto other tokens' positions."""
     src = _src(interp, node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     dims = [d for d in _shifted_dims(node, len(src.toks)) if src.toks[d] is not None]
     clean = src.shift is None and src.dep <= Dep.DOC and not src.leaks
@@ -627,8 +604,6 @@ def _one(value) -> bool:
 def repeat(interp: Interp, node: torch.fx.Node) -> Val:
     src = _src(interp, node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     reps = list(node.args[1])
     offset = len(reps) - len(src.toks)
@@ -642,8 +617,6 @@ def repeat_interleave(interp: Interp, node: torch.fx.Node) -> Val:
     bound = bind(node)
     dim = bound.get("dim")
     if src is None or dim is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     d = norm_dim(dim, len(src.toks))
     if src.toks[d] is not None:
@@ -655,8 +628,6 @@ def triangle(interp: Interp, node: torch.fx.Node) -> Val:
     """``tril`` / ``triu`` of a pairwise tensor: 0 outside a triangle."""
     src = _src(interp, node)
     if src is None:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     n = len(src.toks)
     row, col = n - 2, n - 1
@@ -729,8 +700,6 @@ def custom(interp: Interp, node: torch.fx.Node):
     target = node.target
     structure = {k: interp.val(v) for k, v in bound.items() if k in _STRUCTURE_ARGS}
     if not structure:
-        from graphcheck.analysis.optable import unknown
-
         return unknown(interp, node)
     proven = all(v is not None and v.kind == _STRUCTURE_ARGS[k] for k, v in structure.items())
     data = [v for k, v in bound.items() if k not in _STRUCTURE_ARGS and k not in _SIZES]

@@ -26,9 +26,9 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import is_view_node
-from graphcheck.analysis.locality import Dep, Kind, Val, carry
-from graphcheck.analysis.optable import Interp, meta_toks, transfer
+from graphcheck.analysis.locality import Dep, Interp, Kind, Val, carry, meta_toks
 from graphcheck.analysis.passes.base import NodePass
+from graphcheck.analysis.transfer import transfer
 
 __all__ = ["PropagateLocalityPass"]
 
@@ -46,7 +46,7 @@ class PropagateLocalityPass(NodePass, Interp):
     of the packed length T; ``root``: the graph module (for subgraphs)."""
 
     def __init__(self, root: torch.nn.Module, inputs: dict[str, str], tokens: set[str]) -> None:
-        Interp.__init__(self, root, tokens)
+        Interp.__init__(self, root, tokens, transfer)
         self.inputs = inputs
         self.mutated = _mutated_placeholders(root.graph)
         self.order: dict[torch.fx.Node, int] = {}

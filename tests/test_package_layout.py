@@ -1,0 +1,117 @@
+"""The package's shape: each pipeline is one folder, imports flow one way, no cycles.
+
+Every ``import`` in ``graphcheck/`` (at module level or inside a function, but not
+under ``if TYPE_CHECKING:``) is read from the source; a module may import only
+from its own layer or a layer before it in the data flow, and the graph of
+module imports has no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "graphcheck"
+
+# The data flow, first to last: a module imports only from its layer or earlier ones.
+LAYERS = (
+    ("graphcheck._version", "graphcheck.errors", "graphcheck.varlen", "graphcheck.diagnostics"),
+    ("graphcheck.kernels",),
+    ("graphcheck.model",),
+    ("graphcheck.analysis",),
+    ("graphcheck.stages",),
+    ("graphcheck.rules",),
+    ("graphcheck.checker",),
+    ("graphcheck.report", "graphcheck.reporters"),
+    ("graphcheck.api",),
+    ("graphcheck.gate",),
+    ("graphcheck.cli",),
+    ("graphcheck", "graphcheck.__main__"),
+)
+TOP_LEVEL = {
+    "__init__.py", "__main__.py", "_version.py", "api.py", "checker.py", "cli.py",
+    "diagnostics.py", "errors.py", "report.py", "varlen.py",
+}  # fmt: skip
+FOLDERS = {"analysis", "gate", "kernels", "model", "reporters", "rules", "stages"}
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(test)
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The graphcheck modules ``path`` imports (``from pkg import mod`` names ``pkg.mod``)."""
+    found: set[str] = set()
+    stack = [ast.parse(path.read_text(encoding="utf-8"))]
+    while stack:
+        node = stack.pop()
+        if _type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "graphcheck"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("graphcheck"):
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            found |= (subs & known) or {node.module}
+    return {name for name in found if name in known}
+
+
+def _layer(module: str) -> int:
+    best = max(
+        (prefix for layer in LAYERS for prefix in layer
+         if module == prefix or module.startswith(prefix + ".")),
+        key=len,
+    )  # fmt: skip
+    return next(i for i, layer in enumerate(LAYERS) if best in layer)
+
+
+def _graph() -> nx.DiGraph:
+    modules = _modules()
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for target in _imports(path, set(modules)):
+            if target != name and not name.startswith(target + "."):  # a package's own parent
+                graph.add_edge(name, target)
+    return graph
+
+
+def test_top_level_holds_only_entry_points_and_contracts():
+    files = {p.name for p in PACKAGE.glob("*.py")}
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert files == TOP_LEVEL
+    assert folders == FOLDERS
+
+
+@pytest.mark.parametrize("module", sorted(_modules()))
+def test_imports_flow_one_way(module):
+    graph = _graph()
+    upward = [t for t in graph.successors(module) if _layer(t) > _layer(module)]
+    assert not upward, f"{module} imports from later layers: {upward}"
+
+
+def test_no_import_cycle():
+    cycles = list(nx.simple_cycles(_graph()))
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_the_walk_sees_imports():
+    """The test above would pass on a walk that finds nothing: it does find the edges."""
+    graph = _graph()
+    assert graph.has_edge("graphcheck.api", "graphcheck.checker")
+    assert graph.has_edge("graphcheck.cli", "graphcheck.report")  # inside a function
+    assert not graph.has_edge("graphcheck.reporters.text", "graphcheck.gate.report")  # typing
