@@ -64,6 +64,20 @@ FAST = (
 )
 
 
+@pytest.fixture
+def cli(capsys):
+    """The command line run in this process: ``cli("verify", MODEL, ...)`` returns
+    ``(exit status, stdout, stderr)``."""
+    from graphcheck.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         nodeid = item.nodeid.replace("\\", "/")

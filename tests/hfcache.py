@@ -11,7 +11,6 @@ from functools import cache
 import torch
 
 from graphcheck.api import Explorer
-from graphcheck.checker import DEFAULT_ALLOW_FP32
 from graphcheck.report import Report
 
 # the ten transformers families of the coverage matrix
@@ -51,7 +50,7 @@ def _explorer(spec: str, key: tuple) -> Explorer:
         settings=dict(options["settings"]),
         stand_ins=options["stand_ins"],
         kernels=options["kernels"],
-        allow_fp32=(*DEFAULT_ALLOW_FP32, *options["allow_fp32"]),
+        allow_fp32=options["allow_fp32"],
     )
 
 

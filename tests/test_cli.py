@@ -9,33 +9,25 @@ import sys
 import pytest
 from harness import ROOT, spec
 
-from graphcheck.cli import main
-
 REFERENCE = spec("reference:reference")
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_exit_0_when_every_cut_is_proven(capsys):
-    code, out, _ = run(capsys, "verify", REFERENCE, "--cuts", "4")
+def test_exit_0_when_every_cut_is_proven(cli):
+    code, out, _ = cli("verify", REFERENCE, "--cuts", "4")
     assert code == 0
     assert "verdict: PASS" in out
 
 
-def test_exit_1_on_violation(capsys):
-    code, out, _ = run(capsys, "verify", spec("violations:skip_connection"), "--cuts", "4")
+def test_exit_1_on_violation(cli):
+    code, out, _ = cli("verify", spec("violations:skip_connection"), "--cuts", "4")
     assert code == 1
     assert "GC201" in out
 
 
-def test_json_report_schema(capsys, tmp_path):
+def test_json_report_schema(cli, tmp_path):
     target = tmp_path / "report.json"
-    code, out, _ = run(
-        capsys, "verify", spec("violations:tied_embeddings"), "--cuts", "4",
+    code, out, _ = cli(
+        "verify", spec("violations:tied_embeddings"), "--cuts", "4",
         "--format", "json", "--output", str(target),
     )  # fmt: skip
     assert code == 1 and out == ""
@@ -56,8 +48,8 @@ def test_json_report_schema(capsys, tmp_path):
     assert {"message", "node", "module", "source", "severity"} <= set(diag)
 
 
-def test_map_prints_legal_cuts(capsys):
-    code, out, _ = run(capsys, "map", spec("violations:collected_outputs"))
+def test_map_prints_legal_cuts(cli):
+    code, out, _ = cli("map", spec("violations:collected_outputs"))
     assert code == 1
     assert out.rstrip().endswith("legal cuts: 0, 1, 8")
 
@@ -80,8 +72,8 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize(("argv", "words"), BAD_INPUTS)
-def test_bad_input_is_one_line_exit_2(capsys, argv, words):
-    code, out, err = run(capsys, *argv)
+def test_bad_input_is_one_line_exit_2(cli, argv, words):
+    code, out, err = cli(*argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("graphcheck: error:")
     assert words in err
@@ -107,8 +99,8 @@ def test_no_traceback_from_the_installed_command():
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
-def test_rules_table_lists_every_code(capsys):
-    code, out, _ = run(capsys, "rules")
+def test_rules_table_lists_every_code(cli):
+    code, out, _ = cli("rules")
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()] == [
         "GC101", "GC102", "GC201", "GC202", "GC203", "GC204", "GC205", "GC206",

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from harness import ROOT
 from hfcache import cut_map
 
-from graphcheck.cli import main
 from graphcheck.errors import ModelLoadError, UsageError
 from graphcheck.kernels import BUILTIN, patched
 from graphcheck.kernels import custom_ops as ops
@@ -21,12 +20,6 @@ from graphcheck.model.hf import build_config, hf_factory
 from graphcheck.model.load import build_fake, fake_mode
 
 CONFIGS = ROOT / "fixtures" / "configs"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- tiny configs from the family's own config class -------------------------------------
@@ -128,22 +121,22 @@ def test_full_size_llama_8b_verifies_on_fake_weights():
         (["map", "hf:llama", "--kernels", str(ROOT / "fixtures/reference.py")], "STAND_INS"),
     ],
 )
-def test_cli_errors_are_one_line_exit_2(capsys, argv, text):
-    code, out, err = run(capsys, *argv)
+def test_cli_errors_are_one_line_exit_2(cli, argv, text):
+    code, out, err = cli(*argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and text in err
 
 
-def test_cli_config_missing_fields_is_one_line_exit_2(capsys, tmp_path):
+def test_cli_config_missing_fields_is_one_line_exit_2(cli, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "qwen3", "num_hidden_layers": 2}))
-    code, out, err = run(capsys, "map", f"hf:{tmp_path}")
+    code, out, err = cli("map", f"hf:{tmp_path}")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "missing required field(s): hidden_size, num_attention_heads" in err
 
 
-def test_cli_set_and_map(capsys):
-    code, out, _ = run(capsys, "map", "hf:qwen3", "--set", "num_hidden_layers=2")
+def test_cli_set_and_map(cli):
+    code, out, _ = cli("map", "hf:qwen3", "--set", "num_hidden_layers=2")
     assert code == 0
     assert "2 layers" in out and "legal cuts: 0, 1, 2" in out
 
