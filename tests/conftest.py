@@ -48,6 +48,7 @@ SLOW = (
     "tests/test_hf.py::test_full_size",
     "tests/test_adversarial.py::test_static_pass_implies_gate_agrees",
     "tests/test_soundness_dataflow.py::test_flags_a_data_dependent_size_tied_to_t",
+    "tests/test_packaging.py::test_installed_package",
 )
 FAST = (
     "tests/test_families.py::test_dense_families_pass_at_every_legal_cut[llama]",
