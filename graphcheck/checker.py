@@ -3,12 +3,13 @@
 A :class:`Context` is what every rule reads: the program, the analysed cuts,
 the stage plan (``None`` for ``graphcheck map``, where every boundary is judged
 as the only cut) and the options. :func:`check` runs every rule and returns
-the diagnostics, sorted by cut then code.
+the diagnostics, sorted by cut then code; a diagnostic's severity is its rule's
+``SEVERITY``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch.fx
 
@@ -58,7 +59,8 @@ class Context:
 
 
 def check(ctx: Context) -> list[Diagnostic]:
+    """Every rule's findings, each with its rule's ``SEVERITY``."""
     found: list[Diagnostic] = []
     for rule in RULES:
-        found.extend(rule.check(ctx))
+        found.extend(replace(d, severity=rule.SEVERITY) for d in rule.check(ctx))
     return sorted(found, key=lambda d: (d.cut if d.cut is not None else -2, d.code))

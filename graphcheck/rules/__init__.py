@@ -1,40 +1,28 @@
-"""The rules: one module per code. This table is the public contract; codes
-are never reused. Each module's docstring is the rule's user documentation.
+"""The rules: one module per code. The code table is the public contract; codes
+are never reused.
 
-==== ================================ ==============================================
-code name                             fires when
-==== ================================ ==============================================
-GC101 stage-plan-invalid              cut out of range, empty middle stage, layers
-                                      out of index order
-GC102 misplaced-edge-module           embedding not only on stage 0; norm and head not
-                                      together on the last stage
-GC201 extra-activation-crosses-cut    more than one activation crosses a cut
-GC202 boundary-not-bf16               the crossing activation is not bf16
-GC203 boundary-not-materialized       the crossing value is a view / has a
-                                      higher-precision twin
-GC204 boundary-not-layer-output       the crossing activation is not the residual
-                                      between the two layers
-GC205 parameter-shared-across-stages  a parameter is used by two stages
-GC206 boundary-not-residual-shape     the crossing value is not a [1, T, H] residual
-                                      (rank, width, bitcast)
-GC301 kernel-choice-flipped           a stage program's layer differs from the uncut
-                                      program's layer (``--stage-builder``)
-GC302 layer-identity-lost             a stage's layers lost their global indices
-                                      (warning)
-GC303 stage-program-differs           embedding, prelude side inputs, norm+head or
-                                      the stage hand-off differ
-GC401 varlen-metadata-not-consumed    an op mixes tokens across packed documents
-GC402 positions-fabricated            an absolute token index reaches values instead
-                                      of position_ids
-GC403 shape-specialized               export specialised or guarded T / N
-GC501 non-bf16-parameter              a stage parameter outside the allowlist is not bf16
-==== ================================ ==============================================
+Each rule module carries its own metadata and documentation, and everything
+else is generated from them (the table below, ``graphcheck rules``, the README's
+rules table: ``scripts/rules_table.py``):
+
+* ``CODE``, ``NAME`` - ``GC203``, ``boundary-not-materialized``;
+* ``SEVERITY`` - ``error`` fails the verdict, ``warning`` does not; every
+  diagnostic a rule emits gets its rule's severity
+  (:func:`graphcheck.checker.check`);
+* ``SUMMARY`` - one line: when the rule fires;
+* the module docstring - the rule's user documentation (``graphcheck rules
+  CODE``): a first line ``CODE name``, then the sections "What it checks",
+  "Why it matters", "Example" and "Fix";
+* ``check(ctx) -> list[Diagnostic]``.
 
 GC3xx are the stage-program equivalence rules: they run with a stage builder.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
+from graphcheck.errors import UsageError
 from graphcheck.rules import (
     gc101_stage_plan_invalid,
     gc102_misplaced_edge_module,
@@ -74,7 +62,7 @@ RULES = (
 )
 
 
-def by_code() -> dict[str, object]:
+def by_code() -> dict[str, ModuleType]:
     """``{"GC201": <module gc201_...>, ...}``
 
     >>> sorted(by_code())[:2]
@@ -84,15 +72,35 @@ def by_code() -> dict[str, object]:
 
 
 def table() -> str:
-    """One line per rule: code, name, summary."""
-    return "".join(f"{r.CODE}  {r.NAME:<32}  {r.SUMMARY}\n" for r in RULES)
+    """One line per rule: code, severity, name, summary.
+
+    >>> print(table().splitlines()[9])
+    GC302  warning  layer-identity-lost             a stage's layers lost their global indices
+    """
+    width = max(len(r.NAME) for r in RULES)
+    return "".join(f"{r.CODE}  {r.SEVERITY:<7}  {r.NAME:<{width}}  {r.SUMMARY}\n" for r in RULES)
 
 
 def doc(code: str) -> str:
-    """The whole documentation of rule ``code``."""
-    rule = by_code().get(code.upper())
-    if rule is None:
-        from graphcheck.errors import UsageError
+    """The whole documentation of rule ``code`` (any case): a header with the code,
+    name and severity, then its sections. Raises :class:`UsageError` for an unknown code.
 
-        raise UsageError(f"unknown rule {code!r}: see graphcheck rules")
-    return rule.__doc__
+    >>> print(doc("gc202").splitlines()[0])
+    GC202 boundary-not-bf16 (error)
+    """
+    rule = by_code().get(code.strip().upper())
+    if rule is None:
+        known = f"{RULES[0].CODE}..{RULES[-1].CODE}"
+        raise UsageError(f"unknown rule {code!r}: known codes are {known} (graphcheck rules)")
+    _, _, sections = (rule.__doc__ or "").strip().partition("\n")
+    return f"{rule.CODE} {rule.NAME} ({rule.SEVERITY})\n{sections}\n"
+
+
+def _doc_table() -> str:
+    """The code table of this package's docstring."""
+    lines = "".join(f"    {line}\n" for line in table().splitlines())
+    return f"\nThe rules (``graphcheck rules``)::\n\n{lines}"
+
+
+if __doc__:  # generated from the rule modules, never kept by hand
+    __doc__ += _doc_table()

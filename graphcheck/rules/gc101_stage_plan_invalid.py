@@ -28,7 +28,8 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC101"
 NAME = "stage-plan-invalid"
-SUMMARY = "cut out of range, empty middle stage, layers out of index order"
+SEVERITY = "error"
+SUMMARY = "cut out of range, empty middle stage (exit 2); layers that do not run in index order"
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -27,6 +27,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC102"
 NAME = "misplaced-edge-module"
+SEVERITY = "error"
 SUMMARY = "input modules not only on stage 0; norm and head not together on the last stage"
 
 

@@ -33,6 +33,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC201"
 NAME = "extra-activation-crosses-cut"
+SEVERITY = "error"
 SUMMARY = "more than one activation crosses a cut"
 
 

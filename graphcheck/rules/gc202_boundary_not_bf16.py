@@ -24,6 +24,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC202"
 NAME = "boundary-not-bf16"
+SEVERITY = "error"
 SUMMARY = "the crossing activation is not bf16"
 
 

@@ -27,6 +27,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC203"
 NAME = "boundary-not-materialized"
+SEVERITY = "error"
 SUMMARY = "the crossing value is a view / has a higher-precision twin"
 
 

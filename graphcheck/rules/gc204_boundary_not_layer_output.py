@@ -26,6 +26,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC204"
 NAME = "boundary-not-layer-output"
+SEVERITY = "error"
 SUMMARY = "the crossing activation is not the residual between the two layers"
 
 

@@ -32,11 +32,14 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC205"
 NAME = "parameter-shared-across-stages"
-SUMMARY = "a parameter (tied embeddings) is used by two stages"
+SEVERITY = "error"
+SUMMARY = (
+    "a parameter storage (tied embeddings, two Parameters on one storage) is read by two stages"
+)
 
 
 _FIX = (

@@ -39,11 +39,12 @@ from graphcheck.analysis.dataflow import copies_data
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SUMMARY", "check", "hidden_size"]
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
 
 CODE = "GC206"
 NAME = "boundary-not-residual-shape"
-SUMMARY = "the crossing value is not a [1, T, H] residual (rank, width, bitcast)"
+SEVERITY = "error"
+SUMMARY = "the crossing value is not a `[1, T, H]` residual (rank, width, bitcast)"
 
 _COPIES = {"aten.clone.default", "aten.alias.default", "aten.detach.default"}
 _DECLARE = 'get_pp_module_config()["pipeline_boundary_state"]'

@@ -28,6 +28,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC301"
 NAME = "kernel-choice-flipped"
+SEVERITY = "error"
 SUMMARY = "a stage program's layer differs from the uncut program's layer"
 KINDS = ("layer", "side-choice")
 

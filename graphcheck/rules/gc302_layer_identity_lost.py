@@ -27,7 +27,8 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC302"
 NAME = "layer-identity-lost"
-SUMMARY = "a stage's layers lost their global indices (warning)"
+SEVERITY = "warning"
+SUMMARY = "a stage's layers lost their global indices"
 
 
 def check(ctx) -> list[Diagnostic]:
@@ -49,7 +50,6 @@ def check(ctx) -> list[Diagnostic]:
                     f"stage {stage.index} runs global layers {_span(stage.layers)} but "
                     f"{'; '.join(problems)}; keep global indices (keep-index, moduledict)",
                     stage=stage.index,
-                    severity="warning",
                 )
             )
     return found

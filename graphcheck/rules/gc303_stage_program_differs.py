@@ -30,6 +30,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC303"
 NAME = "stage-program-differs"
+SEVERITY = "error"
 SUMMARY = "embedding, prelude side inputs, norm+head or stage hand-off differ"
 KINDS = ("edge", "side-prelude", "boundary", "missing", "extra", "glue")
 

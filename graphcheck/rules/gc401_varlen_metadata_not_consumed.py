@@ -42,6 +42,7 @@ from graphcheck.diagnostics import Diagnostic, module_path
 
 CODE = "GC401"
 NAME = "varlen-metadata-not-consumed"
+SEVERITY = "error"
 SUMMARY = "an op mixes tokens across packed documents"
 
 

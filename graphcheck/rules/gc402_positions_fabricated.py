@@ -32,7 +32,8 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC402"
 NAME = "positions-fabricated"
-SUMMARY = "an absolute token index reaches values instead of position_ids"
+SEVERITY = "error"
+SUMMARY = "an absolute token index reaches values instead of `position_ids`"
 
 
 def check(ctx) -> list[Diagnostic]:

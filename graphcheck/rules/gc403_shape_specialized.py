@@ -42,6 +42,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC403"
 NAME = "shape-specialized"
+SEVERITY = "error"
 SUMMARY = "export specialised or guarded T / N"
 
 _DIMS = {"input_ids": 1, "hidden": 1, "position_ids": 1, "cu_seq_lens_q": 0, "cu_seq_lens_k": 0}

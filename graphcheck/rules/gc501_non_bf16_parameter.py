@@ -26,6 +26,7 @@ from graphcheck.diagnostics import Diagnostic
 
 CODE = "GC501"
 NAME = "non-bf16-parameter"
+SEVERITY = "error"
 SUMMARY = "a stage parameter outside the allowlist is not bf16"
 
 
