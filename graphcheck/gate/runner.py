@@ -1,10 +1,11 @@
 """What each process of the gate runs: the uncut model, or one stage, as a rank would.
 
-The gate (:mod:`graphcheck.gate.run`) runs every function here in a fresh
-process (:func:`graphcheck.stages.fresh.run_fresh`): a child that has imported torch
-and graphcheck and nothing else, so no state of building, tracing or running
-the uncut model or another stage reaches a stage (class-level counters, caches
-filled by a first caller, module-level flags set by an earlier layer).
+The gate (:mod:`graphcheck.gate.run`, :mod:`graphcheck.gate.chain`) runs every
+function here in a fresh process (:func:`graphcheck.stages.fresh.run_fresh`): a
+child that has imported torch and graphcheck and nothing else, so no state of
+building, tracing or running the uncut model or another stage reaches a stage
+(class-level counters, caches filled by a first caller, module-level flags set by
+an earlier layer).
 
 * :func:`run_uncut` builds the model from its :class:`Recipe` (real random
   bf16 weights, seeded), saves its ``state_dict`` as the checkpoint every stage
@@ -37,6 +38,7 @@ from torch import nn
 from graphcheck.analysis.export import accepted_inputs
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.gate.batch import PackedBatch
+from graphcheck.gate.messages import one_line
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.hf import hf_factory, is_hf_spec
@@ -82,12 +84,6 @@ class _Failed(Exception):
         self.kind = kind
 
 
-def _one_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    text = lines[0].split(". ")[0] if lines else type(err).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def pack(value) -> bytes:
     """``value`` as bytes: tensors cross a fresh process's pipe as plain bytes (torch's
     own reducer hands them over in shared memory, which dies with the child)."""
@@ -115,7 +111,7 @@ def _reported(fn):
         except GraphcheckError as err:
             result = {"error": str(err)}
         except Exception as err:  # reported, never a traceback
-            result = {"error": f"{type(err).__name__}: {_one_line(err)}"}
+            result = {"error": f"{type(err).__name__}: {one_line(err)}"}
         return pack(result)
 
     wrapper.__name__ = wrapper.__qualname__ = fn.__name__
@@ -154,11 +150,11 @@ def _call(fn, what: str):
         return fn()
     except NotImplementedError as err:
         raise _Failed("error", f"{what} has an op without a CPU implementation: "
-                      f"{_one_line(err)}") from err  # fmt: skip
+                      f"{one_line(err)}") from err  # fmt: skip
     except _Failed:
         raise
     except Exception as err:
-        raise _Failed("raised", f"{what} raised {type(err).__name__}: {_one_line(err)}") from err
+        raise _Failed("raised", f"{what} raised {type(err).__name__}: {one_line(err)}") from err
 
 
 def logits_of(out) -> torch.Tensor:

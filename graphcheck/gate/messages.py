@@ -1,0 +1,60 @@
+"""The gate's one-line failure messages: what could not run, where, and why.
+
+Every failure the gate reports (an exit-2 :class:`~graphcheck.errors.GateError` or a
+``blocked`` finding) is one line built here, never a traceback.
+
+>>> one_line(ValueError("first. second\\nthird"))
+'first'
+>>> kernel_message("the model", NotImplementedError("no kernel for cpu"))
+'the model has an op without a CPU implementation: no kernel for cpu'
+>>> not_pipeline_aware("keep-index", "stage 1 raised TypeError: x").split(";")[0]
+'stage 1 raised TypeError: x, built by the default stage builder keep-index'
+"""
+
+from __future__ import annotations
+
+from graphcheck.analysis.fx import op_name
+from graphcheck.gate.graph_run import Blocked, NodeFailure
+
+__all__ = ["failure_message", "kernel_message", "not_pipeline_aware", "one_line", "raised"]
+
+
+def one_line(err: BaseException) -> str:
+    """The first sentence of the first line of ``err``, shortened."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = lines[0].split(". ")[0] if lines else type(err).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def kernel_message(where: str, err: BaseException) -> str:
+    return f"{where} has an op without a CPU implementation: {one_line(err)}"
+
+
+def failure_message(failure: NodeFailure, what: str) -> str:
+    """A node of the exported program that failed on CPU, by op and place."""
+    cause = failure.__cause__
+    op = op_name(failure.node.target)
+    at = f"at {failure.node.name} in {failure.where}"
+    if isinstance(cause, NotImplementedError):
+        return f"no CPU implementation for `{op}` ({at}): {one_line(cause)}"
+    return f"{what} cannot run on CPU: `{op}` {at} raised {type(cause).__name__}: " + one_line(
+        cause
+    )
+
+
+def raised(what: str, err: BaseException, stage: int = -1) -> Blocked:
+    """A run that raised, as the :class:`Blocked` finding of its stage."""
+    cause = err.__cause__ if isinstance(err, NodeFailure) else err
+    where = f" ({err})" if isinstance(err, NodeFailure) else ""
+    message = f"{what} raised {type(cause).__name__}{where}: {one_line(cause)}"
+    return Blocked(stage, "", "", None, message)
+
+
+def not_pipeline_aware(builder: str, message: str) -> str:
+    """A stage raised under the builder the user did not choose: could not run."""
+    name = builder.rpartition(":")[2] if ":" in builder else builder
+    return (
+        f"{message}, built by the default stage builder {name}; if the model is not "
+        "pipeline-aware pass --stage-builder FILE.py:FN (or --in-process for the "
+        "partitioned exported graph)"
+    )
