@@ -23,6 +23,7 @@ flags of the same names):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -85,6 +86,7 @@ class Explorer:
         self.session = Session(model, **options)
         self.allow_fp32 = tuple(dict.fromkeys((*DEFAULT_ALLOW_FP32, *allow_fp32)))
         self._program: Program | None = None
+        self._contexts: dict[tuple[int, ...], Context] = {}
         self._setup = time.perf_counter() - start
 
     @property
@@ -110,10 +112,13 @@ class Explorer:
         return plan_from_stages(stages, self.num_layers)
 
     def context(self, plan: StagePlan) -> Context:
-        """The proof's view of ``plan``: its cuts analysed and every node placed."""
-        program = self.program
-        cuts = analyse_cuts(program, list(plan.cuts), plan=True)
-        return Context(program, cuts, plan, self.allow_fp32)
+        """The proof's view of ``plan``: its cuts analysed and every node placed (kept,
+        so the gate runs the very placement :meth:`verify` judged)."""
+        if plan.cuts not in self._contexts:
+            program = self.program
+            cuts = analyse_cuts(program, list(plan.cuts), plan=True)
+            self._contexts[plan.cuts] = Context(program, cuts, plan, self.allow_fp32)
+        return self._contexts[plan.cuts]
 
     def verify(
         self,
@@ -130,9 +135,10 @@ class Explorer:
         ctx = self.context(plan)
         if stage_builder is not None:
             widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
-            ctx.stages, ctx.mismatches = stage_programs(
+            stages, mismatches = stage_programs(
                 self.session, stage_builder, ctx.program, plan, ctx.stage_of, widths
             )
+            ctx = dataclasses.replace(ctx, stages=stages, mismatches=mismatches)
         report = _report(self.session.name, ctx, "verify", start)
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
         layout = ctx.program.layout
