@@ -1,7 +1,7 @@
 """The Python API, mirroring the command line.
 
 >>> report = verify("fixtures/reference.py:reference", cuts=[4])
->>> report.verdict, report.codes, [c.role for c in report.cut(4).crossing][:2]
+>>> report.verdict, report.codes, [str(c.role) for c in report.cut(4).crossing][:2]
 ('pass', set(), ['activation', 'replicated'])
 
 Model options, shared by :func:`verify` and :func:`cut_map` (the command-line
