@@ -68,10 +68,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from graphcheck.analysis.dataflow import analyse_cuts
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.api import Explorer, ModelArg
-from graphcheck.checker import Context
 from graphcheck.errors import GateError, UsageError
 from graphcheck.gate.batch import DEFAULT_DOCS, PackedBatch
 from graphcheck.gate.chain import StageChain, in_fresh_process
@@ -181,7 +179,7 @@ class Gate:
         clock = _Clock()
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
-        plan = StagePlan(tuple(c.position for c in static.cuts), static.num_layers)
+        plan = self.explorer.plan(cuts, stages)
         with clock("build"):
             batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
         with self._running(), clock("preflight"):
@@ -285,9 +283,10 @@ class Gate:
         )
 
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):
-        """The uncut exported graph partitioned by the proof."""
-        program = self.explorer.program
-        ctx = Context(program, analyse_cuts(program, list(plan.cuts), plan=True), plan)
+        """The uncut exported graph partitioned by the proof's own placement
+        (:meth:`graphcheck.api.Explorer.context`)."""
+        ctx = self.explorer.context(plan)
+        program = ctx.program
         cuts = [(cut.position, ctx.wire(cut).boundary) for cut in ctx.cuts]
         runner = RunStagesPass(program, feeds(program, self.model, batch), cuts, ctx.stage_of)
         try:
