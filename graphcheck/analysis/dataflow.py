@@ -28,6 +28,7 @@ import torch.fx
 
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.analysis.program import Program
+from graphcheck.analysis.taint import Role
 
 __all__ = ["Crossing", "CutAnalysis", "analyse_cut", "analyse_cuts", "copies_data", "live_edges"]
 
@@ -39,7 +40,7 @@ class Crossing:
     """One value in a crossing set."""
 
     node: torch.fx.Node
-    role: str
+    role: Role
     dtype: str | None
     shape: list[str] | None
     producer: str
@@ -75,7 +76,7 @@ class CutAnalysis:
 
     @property
     def activations(self) -> list[torch.fx.Node]:
-        return [c.node for c in self.crossing if c.role == "activation"]
+        return [c.node for c in self.crossing if c.role == Role.ACTIVATION]
 
 
 def live_edges(program: Program) -> list[list[tuple[torch.fx.Node, torch.fx.Node]]]:
@@ -185,7 +186,7 @@ def _persisted(program: Program, cut: CutAnalysis, wire) -> list[Crossing]:
         side = cut.on_left(program, state.writer)
         readers = [r for r in state.readers if (not side) in _sides(program, cut, r)]
         if readers:
-            base = _crossing(program, cut, state.writer, "activation")
+            base = _crossing(program, cut, state.writer, Role.ACTIVATION)
             consumers = list(dict.fromkeys(program.label(r) for r in readers))
             found.append(Crossing(**{**base.__dict__, "consumers": consumers}))
     return found
@@ -224,7 +225,7 @@ def analyse_cuts(program: Program, positions: list[int], plan: bool = False) -> 
     return found
 
 
-def _crossing(program: Program, cut: CutAnalysis, node, role: str) -> Crossing:
+def _crossing(program: Program, cut: CutAnalysis, node, role: Role) -> Crossing:
     consumers = []
     for user in _readers(program, node):
         flow_right = user in program.interval and not cut.on_left(program, user)
@@ -239,7 +240,7 @@ def _crossing(program: Program, cut: CutAnalysis, node, role: str) -> Crossing:
 
 def _side_inputs(program: Program, cut: CutAnalysis, right) -> list[Crossing]:
     """Non-flow values (replicated, parameters, sizes) read on the right, made elsewhere."""
-    found: dict[torch.fx.Node, str] = {}
+    found: dict[torch.fx.Node, Role] = {}
     for consumer in right:
         for arg in consumer.all_input_nodes:
             if arg in program.interval or arg in found:
@@ -252,15 +253,15 @@ def _side_inputs(program: Program, cut: CutAnalysis, right) -> list[Crossing]:
     return [_crossing(program, cut, n, found[n]) for n in ranked]
 
 
-_ROLE_ORDER = {"parameter": 0, "replicated": 1, "symbolic": 2}
+_ROLE_ORDER = {Role.PARAMETER: 0, Role.REPLICATED: 1, Role.SYMBOLIC: 2}
 
 
-def _side_role(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> str | None:
+def _side_role(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> Role | None:
     region = program.region[node]
     if region.kind == "layer" and region.layer >= cut.position:
         return None  # computed on the right itself
     if region.kind == "parameter":
         users = [u for u in node.users if u in program.interval]
         sides = {cut.on_left(program, u) for u in users}
-        return "parameter" if sides == {True, False} else None
-    return program.role[node] if program.role[node] != "parameter" else None
+        return Role.PARAMETER if sides == {True, False} else None
+    return program.role[node] if program.role[node] != Role.PARAMETER else None

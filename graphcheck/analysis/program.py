@@ -18,9 +18,11 @@ from graphcheck.analysis.passes.place_nodes_pass import PlaceNodesPass
 from graphcheck.analysis.passes.propagate_locality_pass import PropagateLocalityPass
 from graphcheck.analysis.passes.propagate_taint_pass import PropagateTaintPass
 from graphcheck.analysis.regions import Region
+from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import module_path
 from graphcheck.errors import AnalysisError
 from graphcheck.model.layout import Layout
+from graphcheck.varlen import Taint
 
 __all__ = ["Program", "analyse"]
 
@@ -31,8 +33,8 @@ class Program:
     layout: Layout
     region: dict[torch.fx.Node, Region]
     owner: dict[torch.fx.Node, str]
-    taint: dict[torch.fx.Node, int]
-    role: dict[torch.fx.Node, str]
+    taint: dict[torch.fx.Node, Taint]
+    role: dict[torch.fx.Node, Role]
     interval: dict[torch.fx.Node, tuple[int, int]]
     user_inputs: dict[str, torch.fx.Node]
     misplaced: list[tuple[torch.fx.Node, int, int]] = field(default_factory=list)

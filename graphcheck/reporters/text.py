@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
+from graphcheck.analysis.taint import Role
 
 if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
@@ -111,7 +112,7 @@ def render_map(report: Report) -> str:
     """One line per boundary: verdict, codes and what crosses."""
     lines = [*_header(report), "", "  cut  verdict  codes        activations crossing"]
     for cut in report.cuts:
-        acts = [c for c in cut.crossing if c.role == "activation"]
+        acts = [c for c in cut.crossing if c.role == Role.ACTIVATION]
         wire = ", ".join(f"{c.node.name}:{c.dtype}" for c in acts) or "-"
         codes = ",".join(sorted(set(cut.codes))) or "-"
         lines.append(f"  {cut.position:>3}  {cut.verdict.upper():<7}  {codes:<11}  {wire}")

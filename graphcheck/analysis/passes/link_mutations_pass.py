@@ -45,11 +45,12 @@ import torch.fx
 from graphcheck.analysis.fx import METADATA_ONLY, is_view_node, op_name
 from graphcheck.analysis.passes.propagate_taint_pass import is_tensor_value
 from graphcheck.analysis.regions import BUFFER, PARAMETER, Region
+from graphcheck.analysis.taint import Role
 
 __all__ = ["LinkMutationsPass", "Persisted", "storage_root", "written_arguments"]
 
 _PINNED = ("layer", "input", "output")
-_FLIPPABLE = ("replicated", "parameter")
+_FLIPPABLE = (Role.REPLICATED, Role.PARAMETER)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def storage_root(node: torch.fx.Node, memo: dict | None = None) -> torch.fx.Node
 class LinkMutationsPass:
     """Compute write→read edges, role changes and persisted state for one graph."""
 
-    def __init__(self, region: dict[torch.fx.Node, Region], role: dict[torch.fx.Node, str]):
+    def __init__(self, region: dict[torch.fx.Node, Region], role: dict[torch.fx.Node, Role]):
         self.region = region
         self.role = role  # updated in place: mutated state becomes an activation
         self.mutation_inputs: dict[torch.fx.Node, list[torch.fx.Node]] = {}
@@ -198,5 +199,5 @@ class LinkMutationsPass:
                 continue
             val = node.meta.get("val")
             if self.role.get(node) in _FLIPPABLE and (is_tensor_value(val) or val is None):
-                self.role[node] = "activation"
+                self.role[node] = Role.ACTIVATION
                 flipped.add(node)

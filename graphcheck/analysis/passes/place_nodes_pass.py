@@ -20,10 +20,11 @@ from collections.abc import Callable
 import torch.fx
 
 from graphcheck.analysis.regions import GRAPH_OUTPUT, INPUT, OUTPUT, Region
+from graphcheck.analysis.taint import Role
 
 __all__ = ["FLOW_ROLES", "PlaceNodesPass"]
 
-FLOW_ROLES = ("activation", "parameter")
+FLOW_ROLES = (Role.ACTIVATION, Role.PARAMETER)
 
 
 class PlaceNodesPass:

@@ -8,7 +8,8 @@ import torch.fx
 from graphcheck.analysis.fx import METADATA_ONLY, op_name
 from graphcheck.analysis.passes.base import NodePass
 from graphcheck.analysis.regions import PARAMETER, USER_INPUT, Region
-from graphcheck.analysis.taint import ARANGE, INPUT_TAINT, LENGTH, PARAM, role_of
+from graphcheck.analysis.taint import Role, role_of
+from graphcheck.varlen import BY_NAME, Taint
 
 __all__ = ["PropagateTaintPass", "is_tensor_value"]
 
@@ -26,54 +27,55 @@ class PropagateTaintPass(NodePass):
     def __init__(self, region: dict[torch.fx.Node, Region], input_names: dict[str, str]) -> None:
         self.region = region
         self.input_names = input_names  # placeholder name -> varlen input name
-        self.taint: dict[torch.fx.Node, int] = {}
-        self.role: dict[torch.fx.Node, str] = {}
+        self.taint: dict[torch.fx.Node, Taint] = {}
+        self.role: dict[torch.fx.Node, Role] = {}
 
     def placeholder(self, node: torch.fx.Node) -> None:
         region = self.region[node]
-        bits = 0
+        bits = Taint.NONE
         if region == PARAMETER:
-            bits = PARAM
+            bits = Taint.PARAM
         elif region == USER_INPUT:
-            bits = INPUT_TAINT.get(self.input_names.get(node.name, ""), 0)
+            row = BY_NAME.get(self.input_names.get(node.name, ""))
+            bits = row.taint if row is not None else Taint.NONE
         self._set(node, bits)
 
     def get_attr(self, node: torch.fx.Node) -> None:
-        self._set(node, 0)
+        self._set(node, Taint.NONE)
 
     def call_function(self, node: torch.fx.Node) -> None:
         name = op_name(node.target)
         if name in METADATA_ONLY:
             bits = self._metadata_taint(node)
         else:
-            bits = 0
+            bits = Taint.NONE
             for arg in node.all_input_nodes:
-                bits |= self.taint.get(arg, 0)
+                bits |= self.taint.get(arg, Taint.NONE)
         if name.startswith("aten.arange") or _slices_by_size(node, name):
-            bits |= ARANGE
+            bits |= Taint.ARANGE
         self._set(node, bits)
 
-    def _metadata_taint(self, node: torch.fx.Node) -> int:
+    def _metadata_taint(self, node: torch.fx.Node) -> Taint:
         """Sizes of symbolic tensors are LENGTH; their values do not flow. A size that
         depends on the data (an unbacked symbol: the count ``nonzero`` returned) carries
         the data's taint: no other stage can recompute it."""
-        bits = 0
+        bits = Taint.NONE
         for arg in node.all_input_nodes:
             val = arg.meta.get("val")
             if isinstance(val, _SYM):
-                bits |= self.taint.get(arg, 0)
+                bits |= self.taint.get(arg, Taint.NONE)
             elif isinstance(val, torch.Tensor) and any(
                 isinstance(d, torch.SymInt) for d in val.shape
             ):
-                bits |= LENGTH
+                bits |= Taint.LENGTH
                 if _data_dependent(node.meta.get("val")):
-                    bits |= self.taint.get(arg, 0)
+                    bits |= self.taint.get(arg, Taint.NONE)
         return bits
 
-    def _set(self, node: torch.fx.Node, bits: int) -> None:
+    def _set(self, node: torch.fx.Node, bits: Taint) -> None:
         val = node.meta.get("val")
         if isinstance(val, _SYM) and self.region.get(node) != USER_INPUT and not bits:
-            bits = LENGTH
+            bits = Taint.LENGTH
         self.taint[node] = bits
         self.role[node] = role_of(bits, is_tensor_value(val) or _unknown_result(node))
 
