@@ -2,7 +2,8 @@
 
 A batch packs documents of the given lengths into one row: ``input_ids`` and
 ``position_ids`` ``[1, T]`` int64 (positions restart at 0 in every document),
-``cu_seq_lens_q/k`` ``[N + 1]`` int32 and ``max_length_q/k`` ints. Token ids are
+``cu_seq_lens_q/k`` ``[N + 1]`` int32 and ``max_length_q/k`` ints, every input but
+the token ids valued by its row of :data:`graphcheck.varlen.INPUTS`. Token ids are
 drawn from a seeded generator, so a (lengths, vocabulary, seed) triple always
 gives the same batch.
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from graphcheck.errors import UsageError
+from graphcheck.varlen import BY_NAME, Structure, VarlenInput
 
 __all__ = ["DEFAULT_DOCS", "PackedBatch", "parse_docs"]
 
@@ -55,23 +57,22 @@ class PackedBatch:
 
     @property
     def position_ids(self) -> torch.Tensor:
-        return torch.cat([torch.arange(n) for n in self.docs])[None]
+        return BY_NAME["position_ids"].value(self.docs)
 
     @property
     def cu_seq_lens(self) -> torch.Tensor:
-        return torch.tensor([s for s, _ in self.spans] + [self.tokens], dtype=torch.int32)
+        return BY_NAME["cu_seq_lens_q"].value(self.docs)
 
     def inputs(self, names) -> dict[str, object]:
-        """Values for the varlen inputs in ``names``."""
-        values = {
-            "input_ids": self.input_ids,
-            "position_ids": self.position_ids,
-            "cu_seq_lens_q": self.cu_seq_lens,
-            "cu_seq_lens_k": self.cu_seq_lens,
-            "max_length_q": max(self.docs),
-            "max_length_k": max(self.docs),
-        }
-        return {name: values[name] for name in names}
+        """Values for the varlen inputs in ``names``: the batch's token ids for a token
+        input, the value the table (:data:`graphcheck.varlen.INPUTS`) gives the
+        documents for the others."""
+        return {name: self._value(BY_NAME[name]) for name in names}
+
+    def _value(self, row: VarlenInput):
+        if row.structure is Structure.TOKENS:
+            return self.input_ids
+        return row.value(self.docs)
 
     def document(self, index: int) -> PackedBatch:
         """Document ``index`` as a batch of its own (same tokens)."""

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from graphcheck import varlen
 from graphcheck.analysis.export import accepted_inputs
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.gate.batch import PackedBatch
@@ -59,7 +60,8 @@ __all__ = [
 ]
 
 LEARNING_RATE = 0.05  # SGD step of --train: large enough to move bf16 weights
-VARLEN_REST = ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+# the inputs a stage module takes after ``x``, in order (graphcheck.varlen.INPUTS)
+VARLEN_REST = varlen.stage_inputs("hidden")[1:]
 
 
 @dataclass(frozen=True)
