@@ -29,7 +29,7 @@ from pathlib import Path
 
 from graphcheck.errors import GateError
 from graphcheck.gate import Gate
-from graphcheck.gate.report import GateReport
+from graphcheck.gate.report import ByteStatus, GateReport, IsolationStatus, RunMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
@@ -90,9 +90,9 @@ def static_cell(report: GateReport) -> str:
 def bytes_cell(reports: list[tuple[int, GateReport]]) -> str:
     cut, first = reports[0]
     check = first.bytes
-    if check.status == "equal":
+    if check.status is ByteStatus.EQUAL:
         return "equal"
-    if check.status == "differ":
+    if check.status is ByteStatus.DIFFER:
         lo, hi = (f(r.bytes.max_abs_diff for _, r in reports) for f in (min, max))
         return f"differ (max abs {lo:.3g})" if lo == hi else f"differ (max abs {lo:.3g}-{hi:.3g})"
     blocked = check.blocked
@@ -104,7 +104,7 @@ def bytes_cell(reports: list[tuple[int, GateReport]]) -> str:
 
 def isolation_cell(reports: list[tuple[int, GateReport]]) -> str:
     status = reports[0][1].isolation.status
-    if status == "bitwise":
+    if status is IsolationStatus.BITWISE:
         return status
     return f"{status} (max rel {max(r.isolation.max_rel_diff for _, r in reports):.2g})"
 
@@ -125,7 +125,7 @@ def run_one(gate: Gate, cuts: list[int], options: dict) -> GateReport:
         if "stage_builder" in options:
             raise
         try:
-            return gate.run(cuts, mode="graph", **options)
+            return gate.run(cuts, mode=RunMode.GRAPH, **options)
         except GateError as err:  # the model cannot run on real weights: no row to judge
             print(f"<!-- {cuts}: the gate could not run: {err} -->", flush=True)
             return None
@@ -137,7 +137,7 @@ def _contradicts(gate: Gate, cuts: list[int], report: GateReport) -> bool:
     is re-judged with that builder (stage programs compared) before it counts."""
     if report.static_verdict != "pass" or (report.agrees and report.isolation.holds):
         return False
-    if report.mode == "processes" and report.stage_builder:
+    if report.mode is RunMode.PROCESSES and report.stage_builder:
         with_builder = gate.explorer.verify(cuts, stage_builder=report.stage_builder)
         if with_builder.verdict != "pass":
             report.static_verdict = "pass"
@@ -159,7 +159,7 @@ def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], i
         groups.setdefault(key, []).append((cuts[0], report))
     rows = []
     for (static, _, _, mode), reports in groups.items():
-        cuts = ranges(sorted(c for c, _ in reports)) + (" (graph)" if mode == "graph" else "")
+        cuts = ranges(sorted(c for c, _ in reports)) + (" (graph)" if mode is RunMode.GRAPH else "")
         cells = (label, cuts, static, bytes_cell(reports), isolation_cell(reports))
         rows.append("| " + " | ".join(cells) + " |")
     return rows, disagreements

@@ -20,7 +20,7 @@ from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.checks import train_check
 from graphcheck.gate.graph_run import Blocked, Handover
 from graphcheck.gate.messages import one_line
-from graphcheck.gate.report import TrainCheck
+from graphcheck.gate.report import TrainCheck, TrainStatus
 from graphcheck.gate.runner import Recipe, pack, run_stage, unpack
 from graphcheck.gate.weights import model_logits
 from graphcheck.stages.fresh import run_fresh
@@ -97,13 +97,13 @@ class StageChain:
     def train_check(self, first: StagePass, uncut: dict) -> TrainCheck:
         """One step on the staged pipeline against the uncut model's step."""
         if first.blocked is not None:
-            return TrainCheck("blocked", message=first.blocked.message)
+            return TrainCheck(TrainStatus.BLOCKED, message=first.blocked.message)
         why = self.backward(first, uncut["checkpoint"])
         if why is not None:
-            return TrainCheck("blocked", message=why)
+            return TrainCheck(TrainStatus.BLOCKED, message=why)
         after = self.forward(self._stepped(first, uncut["checkpoint"]))
         if after.blocked is not None:
-            return TrainCheck("blocked", message=after.blocked.message)
+            return TrainCheck(TrainStatus.BLOCKED, message=after.blocked.message)
         return train_check(uncut, first.results, after.logits)
 
     def _stepped(self, first: StagePass, checkpoint: str) -> list[str]:

@@ -8,7 +8,7 @@ the check says by how much and where the first difference is.
 >>> same(a, a.clone()), same(a, a.float()), relative(a * 2, a)
 (True, False, 1.0)
 >>> isolation_check([None, 0.01, None], 0.02).status
-'tolerance'
+<IsolationStatus.TOLERANCE: 'tolerance'>
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from __future__ import annotations
 import torch
 
 from graphcheck.gate.batch import PackedBatch
-from graphcheck.gate.report import ByteCheck, IsolationCheck, TrainCheck
+from graphcheck.gate.report import (
+    ByteCheck,
+    ByteStatus,
+    IsolationCheck,
+    IsolationStatus,
+    TrainCheck,
+    TrainStatus,
+)
 
 __all__ = ["abs_diff", "bytes_check", "isolation_check", "relative", "same", "train_check"]
 
@@ -44,17 +51,17 @@ def abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def bytes_check(staged, uncut: torch.Tensor, batch: PackedBatch, blocked) -> ByteCheck:
     """Staged logits (or the :class:`Blocked` that stopped them) against the uncut ones."""
     if blocked is not None:
-        return ByteCheck("blocked", blocked=blocked, message=blocked.message)
+        return ByteCheck(ByteStatus.BLOCKED, blocked=blocked, message=blocked.message)
     if staged is None:
-        return ByteCheck("blocked", message="the last stage returned nothing")
+        return ByteCheck(ByteStatus.BLOCKED, message="the last stage returned nothing")
     if staged.shape != uncut.shape or staged.dtype != uncut.dtype:
         message = (
             f"staged logits {staged.dtype}{list(staged.shape)}, "
             f"uncut {uncut.dtype}{list(uncut.shape)}"
         )
-        return ByteCheck("differ", float("inf"), None, message=message)
+        return ByteCheck(ByteStatus.DIFFER, float("inf"), None, message=message)
     if torch.equal(staged, uncut):
-        return ByteCheck("equal")
+        return ByteCheck(ByteStatus.EQUAL)
     diff = (staged.float() - uncut.float()).abs().nan_to_num(float("inf"))
     index = (staged != uncut).nonzero()[0].tolist()
     first = None
@@ -62,7 +69,7 @@ def bytes_check(staged, uncut: torch.Tensor, batch: PackedBatch, blocked) -> Byt
         document, position = batch.locate(index[1])
         first = {"token": index[1], "document": document, "position": position}
         first["column"] = index[2]
-    return ByteCheck("differ", diff.max().item(), first, message=f"first at index {index}")
+    return ByteCheck(ByteStatus.DIFFER, diff.max().item(), first, message=f"first at index {index}")
 
 
 def isolation_check(found: list, tolerance: float) -> IsolationCheck:
@@ -71,8 +78,12 @@ def isolation_check(found: list, tolerance: float) -> IsolationCheck:
     for index, rel in enumerate(found):
         if rel is not None and (at is None or rel > worst):
             worst, at = rel, index
-    bitwise = at is None
-    status = "bitwise" if bitwise else "tolerance" if worst <= tolerance else "fail"
+    if at is None:
+        status = IsolationStatus.BITWISE
+    elif worst <= tolerance:
+        status = IsolationStatus.TOLERANCE
+    else:
+        status = IsolationStatus.FAIL
     return IsolationCheck(status, worst, at, tolerance, len(found))
 
 
@@ -94,6 +105,7 @@ def train_check(uncut: dict, results: dict[int, dict], after: torch.Tensor) -> T
         if not copies or bad:
             differing.append(name)
             worst = max([worst, *(abs_diff(c, value) for c in bad)], default=worst)
-    logits = "equal" if same(after, uncut["after"]) else "differ"
-    status = "equal" if not differing and logits == "equal" else "differ"
+    logits = TrainStatus.EQUAL if same(after, uncut["after"]) else TrainStatus.DIFFER
+    equal = not differing and logits is TrainStatus.EQUAL
+    status = TrainStatus.EQUAL if equal else TrainStatus.DIFFER
     return TrainCheck(status, len(uncut["params"]), differing, worst, logits)

@@ -13,11 +13,14 @@ holds, 1 when one fails.
 ...                isolation=IsolationCheck("bitwise"))
 >>> r.verdict, r.exit_code, r.agrees
 ('pass', 0, True)
+>>> r.bytes.status is ByteStatus.EQUAL, r.mode
+(True, <RunMode.PROCESSES: 'processes'>)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from graphcheck._version import __version__
 from graphcheck.gate.graph_run import Blocked, Handover
@@ -25,9 +28,13 @@ from graphcheck.gate.graph_run import Blocked, Handover
 __all__ = [
     "ISOLATION_TOLERANCE",
     "ByteCheck",
+    "ByteStatus",
     "GateReport",
     "IsolationCheck",
+    "IsolationStatus",
+    "RunMode",
     "TrainCheck",
+    "TrainStatus",
 ]
 
 # Relative tolerance of the isolation comparison when it is not bitwise:
@@ -36,20 +43,54 @@ __all__ = [
 ISOLATION_TOLERANCE = 0.02
 
 
+class ByteStatus(StrEnum):
+    """Staged logits against the uncut model's."""
+
+    EQUAL = "equal"
+    DIFFER = "differ"
+    BLOCKED = "blocked"  # a stage could not run
+
+
+class IsolationStatus(StrEnum):
+    """Each document alone against its packed logits."""
+
+    BITWISE = "bitwise"
+    TOLERANCE = "tolerance"  # within the relative tolerance
+    FAIL = "fail"
+
+
+class TrainStatus(StrEnum):
+    """After one optimizer step on both (and the logits of a second forward)."""
+
+    EQUAL = "equal"
+    DIFFER = "differ"
+    BLOCKED = "blocked"  # a stage could not take its step
+
+
+class RunMode(StrEnum):
+    """How the gate runs the stages."""
+
+    PROCESSES = "processes"  # a fresh process per stage
+    GRAPH = "graph"  # the partitioned exported graph, in the gate's process
+
+
 @dataclass
 class ByteCheck:
     """Staged logits against the uncut model's: ``equal``, ``differ`` or ``blocked``
     (a stage could not run: ``blocked`` says why)."""
 
-    status: str
+    status: ByteStatus
     max_abs_diff: float = 0.0
     first_diff: dict | None = None  # token, document, position, column
     blocked: Blocked | None = None
     message: str = ""
 
+    def __post_init__(self) -> None:
+        self.status = ByteStatus(self.status)
+
     @property
     def holds(self) -> bool:
-        return self.status == "equal"
+        return self.status is ByteStatus.EQUAL
 
     def as_dict(self) -> dict:
         return {
@@ -66,15 +107,18 @@ class IsolationCheck:
     """Packed logits per document against the document run alone: ``bitwise``,
     ``tolerance`` (within :data:`ISOLATION_TOLERANCE`) or ``fail``."""
 
-    status: str
+    status: IsolationStatus
     max_rel_diff: float = 0.0
     worst_document: int | None = None
     tolerance: float = ISOLATION_TOLERANCE
     documents: int = 0
 
+    def __post_init__(self) -> None:
+        self.status = IsolationStatus(self.status)
+
     @property
     def holds(self) -> bool:
-        return self.status in ("bitwise", "tolerance")
+        return self.status in (IsolationStatus.BITWISE, IsolationStatus.TOLERANCE)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -85,16 +129,20 @@ class TrainCheck:
     """After one forward+backward+SGD step on both: every parameter (by global name)
     and the logits of a second forward. ``equal``, ``differ`` or ``blocked``."""
 
-    status: str
+    status: TrainStatus
     parameters: int = 0  # parameters of the uncut model compared
     differing: list[str] = field(default_factory=list)  # their global names
     max_abs_diff: float = 0.0
-    logits_after: str = ""  # equal / differ: the second forward
+    logits_after: TrainStatus | str = ""  # equal / differ: the second forward
     message: str = ""
+
+    def __post_init__(self) -> None:
+        self.status = TrainStatus(self.status)
+        self.logits_after = TrainStatus(self.logits_after) if self.logits_after else ""
 
     @property
     def holds(self) -> bool:
-        return self.status == "equal"
+        return self.status is TrainStatus.EQUAL
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -116,10 +164,13 @@ class GateReport:
     handovers: list[Handover] = field(default_factory=list)
     export_faithful: bool = True  # the exported uncut program gives the model's bytes
     seconds: dict[str, float] = field(default_factory=dict)
-    mode: str = "processes"  # a fresh process per stage; "graph": the partitioned export
+    mode: RunMode = RunMode.PROCESSES
     train: TrainCheck | None = None
 
     kind = "gate"  # what the reporters render
+
+    def __post_init__(self) -> None:
+        self.mode = RunMode(self.mode)
 
     @property
     def verdict(self) -> str:

@@ -53,7 +53,7 @@ process runs), :mod:`graphcheck.gate.checks` (the comparisons) and
 
 >>> report = gate("fixtures/reference.py:reference", cuts=[4], docs=(9, 5))
 >>> report.static_verdict, report.bytes.status, report.isolation.holds, report.exit_code
-('pass', 'equal', True, 0)
+('pass', <ByteStatus.EQUAL: 'equal'>, True, 0)
 """
 
 from __future__ import annotations
@@ -79,8 +79,10 @@ from graphcheck.gate.messages import failure_message, not_pipeline_aware, raised
 from graphcheck.gate.report import (
     ISOLATION_TOLERANCE,
     ByteCheck,
+    ByteStatus,
     GateReport,
     IsolationCheck,
+    RunMode,
     TrainCheck,
 )
 from graphcheck.gate.runner import Recipe, run_uncut
@@ -111,7 +113,7 @@ def gate(
     tolerance: float = ISOLATION_TOLERANCE,
     allow_fp32: Sequence[str] = (),
     train: bool = False,
-    mode: str = "processes",
+    mode: RunMode | str = RunMode.PROCESSES,
     **options,
 ) -> GateReport:
     """Prove a stage plan, then run it on real weights and compare the bytes.
@@ -172,10 +174,10 @@ class Gate:
         docs: Sequence[int] = DEFAULT_DOCS,
         tolerance: float = ISOLATION_TOLERANCE,
         train: bool = False,
-        mode: str = "processes",
+        mode: RunMode | str = RunMode.PROCESSES,
     ) -> GateReport:
         """Gate one plan; see :func:`gate`."""
-        _check_mode(mode, stage_builder, train)
+        mode = _check_mode(mode, stage_builder, train)
         clock = _Clock()
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
@@ -184,12 +186,12 @@ class Gate:
             batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
         with self._running(), clock("preflight"):
             exported = self._preflight(batch)
-        if mode == "graph":
+        if mode is RunMode.GRAPH:
             outcome = self._graph_outcome(plan, batch, tolerance, clock)
         else:
             builder = _default_builder(self.spec, stage_builder)
             outcome = self._process_outcome(builder, plan, batch, tolerance, train, clock)
-            if stage_builder is None and outcome.bytes.status == "blocked":
+            if stage_builder is None and outcome.bytes.status is ByteStatus.BLOCKED:
                 raise GateError(not_pipeline_aware(builder, outcome.bytes.message))
             stage_builder = builder
         outcome.exported = exported
@@ -329,17 +331,19 @@ def _default_builder(spec: str | None, builder):
     return "hf-slice" if spec is not None and is_hf_spec(spec) else "keep-index"
 
 
-_MODES = ("processes", "graph")
-
-
-def _check_mode(mode: str, builder, train: bool) -> None:
-    if mode not in _MODES:
-        raise UsageError(f"unknown gate mode {mode!r}: use {' or '.join(_MODES)}")
-    if mode == "graph" and (builder is not None or train):
+def _check_mode(mode: RunMode | str, builder, train: bool) -> RunMode:
+    """``mode`` as a :class:`RunMode`; a usage error for an unknown one or for what the
+    graph mode cannot run."""
+    try:
+        mode = RunMode(mode)
+    except ValueError:
+        raise UsageError(f"unknown gate mode {mode!r}: use {' or '.join(RunMode)}") from None
+    if mode is RunMode.GRAPH and (builder is not None or train):
         raise UsageError(
             "the in-process graph mode runs the exported forward graph only: drop "
             "--stage-builder and --train, or drop --in-process"
         )
+    return mode
 
 
 class _Clock:
