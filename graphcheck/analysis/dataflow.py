@@ -28,6 +28,7 @@ import torch.fx
 
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.analysis.program import Program
+from graphcheck.analysis.regions import RegionKind
 from graphcheck.analysis.taint import Role
 
 __all__ = ["Crossing", "CutAnalysis", "analyse_cut", "analyse_cuts", "copies_data", "live_edges"]
@@ -197,10 +198,10 @@ def _sides(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> set[bool]
     if node in program.interval:
         return {cut.on_left(program, node)}
     region = program.region[node]
-    if region.kind == "layer":
+    if region.kind == RegionKind.LAYER:
         return {region.layer < cut.position}
-    if region.kind in ("input", "output"):
-        return {region.kind == "input"}
+    if region.kind in (RegionKind.INPUT, RegionKind.OUTPUT):
+        return {region.kind == RegionKind.INPUT}
     return {True, False}
 
 
@@ -208,7 +209,9 @@ def _runs_right(program: Program, node, region, k: int) -> bool:
     """Non-flow nodes inside a right-hand layer or the output modules."""
     if node in program.interval or node.op != "call_function":
         return False
-    return region.kind == "output" or (region.kind == "layer" and region.layer >= k)
+    return region.kind == RegionKind.OUTPUT or (
+        region.kind == RegionKind.LAYER and region.layer >= k
+    )
 
 
 def analyse_cuts(program: Program, positions: list[int], plan: bool = False) -> list[CutAnalysis]:
@@ -258,9 +261,9 @@ _ROLE_ORDER = {Role.PARAMETER: 0, Role.REPLICATED: 1, Role.SYMBOLIC: 2}
 
 def _side_role(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> Role | None:
     region = program.region[node]
-    if region.kind == "layer" and region.layer >= cut.position:
+    if region.kind == RegionKind.LAYER and region.layer >= cut.position:
         return None  # computed on the right itself
-    if region.kind == "parameter":
+    if region.kind == RegionKind.PARAMETER:
         users = [u for u in node.users if u in program.interval]
         sides = {cut.on_left(program, u) for u in users}
         return Role.PARAMETER if sides == {True, False} else None

@@ -17,7 +17,7 @@ from graphcheck.analysis.passes.link_mutations_pass import LinkMutationsPass
 from graphcheck.analysis.passes.place_nodes_pass import PlaceNodesPass
 from graphcheck.analysis.passes.propagate_locality_pass import PropagateLocalityPass
 from graphcheck.analysis.passes.propagate_taint_pass import PropagateTaintPass
-from graphcheck.analysis.regions import Region
+from graphcheck.analysis.regions import Region, RegionKind
 from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import module_path
 from graphcheck.errors import AnalysisError
@@ -57,7 +57,7 @@ class Program:
 
     @property
     def parameters(self) -> list[torch.fx.Node]:
-        return [n for n, r in self.region.items() if r.kind == "parameter"]
+        return [n for n, r in self.region.items() if r.kind == RegionKind.PARAMETER]
 
     @property
     def aliases(self) -> dict[str, tuple[str, ...]]:
@@ -70,7 +70,7 @@ class Program:
     @property
     def present_layers(self) -> list[int]:
         """Global indices of the layers that run (``None`` entries do not)."""
-        return sorted({r.layer for r in self.region.values() if r.kind == "layer"})
+        return sorted({r.layer for r in self.region.values() if r.kind == RegionKind.LAYER})
 
     def neighbours(self, k: int) -> tuple[int, int | None]:
         """The running layers around boundary ``k``: the last one before it (-1: the input
@@ -89,7 +89,7 @@ class Program:
             return self.owner.get(node, "input")
         path = module_path(node)
         region = self.region.get(node)
-        if region is not None and region.kind == "glue":
+        if region is not None and region.kind == RegionKind.GLUE:
             return f"{path or '<root>'} ({self._glue_place(node)})"
         return path or str(region)
 
@@ -170,7 +170,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
 
 def _check_layers_seen(program: Program) -> None:
     """Fail closed when a layer owns parameters but no node was attributed to it."""
-    seen = {r.layer for r in program.region.values() if r.kind == "layer"}
+    seen = {r.layer for r in program.region.values() if r.kind == RegionKind.LAYER}
     for node, fqn in program.owner.items():
         layer = program.layout.layer_of(fqn)
         if layer is not None and node.users and layer not in seen:

@@ -20,6 +20,7 @@ import torch.fx
 from graphcheck.analysis.dataflow import CutAnalysis, copies_data
 from graphcheck.analysis.fx import is_cast_node, is_view_node
 from graphcheck.analysis.program import Program
+from graphcheck.analysis.regions import RegionKind
 
 __all__ = ["Wire", "classify_wire", "copies_data", "view_base"]
 
@@ -65,8 +66,8 @@ def _is_residual(program: Program, cut: CutAnalysis, node: torch.fx.Node) -> boo
 def _is_next(program: Program, node: torch.fx.Node, layer: int | None) -> bool:
     region = program.region[node]
     if layer is None:
-        return region.kind in ("output", "graph_output")
-    return region.kind == "layer" and region.layer == layer
+        return region.kind in (RegionKind.OUTPUT, RegionKind.GRAPH_OUTPUT)
+    return region.kind == RegionKind.LAYER and region.layer == layer
 
 
 def _right_readers(program: Program, cut: CutAnalysis, node: torch.fx.Node):
@@ -77,7 +78,7 @@ def _right_readers(program: Program, cut: CutAnalysis, node: torch.fx.Node):
         if user in seen or user not in program.interval:
             continue
         seen.add(user)
-        if program.region[user].kind == "glue" and not cut.on_left(program, user):
+        if program.region[user].kind == RegionKind.GLUE and not cut.on_left(program, user):
             todo.extend(user.users)
         elif not cut.on_left(program, user):
             yield user

@@ -15,6 +15,7 @@ from graphcheck.analysis.regions import (
     PARAMETER,
     USER_INPUT,
     Region,
+    RegionKind,
 )
 from graphcheck.diagnostics import normalize_fqn
 from graphcheck.model.layout import Layout
@@ -57,7 +58,7 @@ class AssignRegionsPass(NodePass):
         for path in paths:
             layer = self.layout.layer_of(path)
             if layer is not None:
-                return Region("layer", layer)
+                return Region(RegionKind.LAYER, layer)
         for path in paths:
             edge = self.layout.edge_of(path)
             if edge is not None:

@@ -44,12 +44,12 @@ import torch.fx
 
 from graphcheck.analysis.fx import METADATA_ONLY, is_view_node, op_name
 from graphcheck.analysis.passes.propagate_taint_pass import is_tensor_value
-from graphcheck.analysis.regions import BUFFER, PARAMETER, Region
+from graphcheck.analysis.regions import BUFFER, PARAMETER, Region, RegionKind
 from graphcheck.analysis.taint import Role
 
 __all__ = ["LinkMutationsPass", "Persisted", "storage_root", "written_arguments"]
 
-_PINNED = ("layer", "input", "output")
+_PINNED = (RegionKind.LAYER, RegionKind.INPUT, RegionKind.OUTPUT)
 _FLIPPABLE = (Role.REPLICATED, Role.PARAMETER)
 
 

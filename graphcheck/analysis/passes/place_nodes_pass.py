@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch.fx
 
-from graphcheck.analysis.regions import GRAPH_OUTPUT, INPUT, OUTPUT, Region
+from graphcheck.analysis.regions import GRAPH_OUTPUT, INPUT, OUTPUT, Region, RegionKind
 from graphcheck.analysis.taint import Role
 
 __all__ = ["FLOW_ROLES", "PlaceNodesPass"]
@@ -72,7 +72,7 @@ class PlaceNodesPass:
 
     def _layer_pin(self, node: torch.fx.Node) -> int | None:
         region = self.region[node]
-        if region.kind == "layer":
+        if region.kind == RegionKind.LAYER:
             return region.layer
         return self.num_layers if region == GRAPH_OUTPUT else None
 
