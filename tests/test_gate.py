@@ -184,6 +184,14 @@ def test_hybrid_family_runs_on_the_stand_in_kernels():
     assert report.static_verdict == "pass" and report.verdict == "pass"
 
 
+def test_hf_model_stages_are_built_by_the_packaged_hf_slice_builder():
+    # a transformers model is not pipeline-aware: its stage processes slice model.layers
+    runner = Gate("hf:llama", explorer=hf_explorer("hf:llama"))
+    report = runner.run([4], docs=(5, 4))
+    assert (report.mode, report.stage_builder) == ("processes", "hf-slice")
+    assert report.bytes.status == "equal" and report.verdict == "pass"
+
+
 STATE_BUILDERS = spec("build_state:wrapped").rpartition(":")[0]
 
 
@@ -214,6 +222,21 @@ def test_stage_module_without_a_layer_container_is_one_line_exit_2(capsys):
                          "--docs", "9,7")  # fmt: skip
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "layer container" in err and "Traceback" not in err
+
+
+BAD_BUILDER = """
+def build(model, index, layers, num_stages):
+    raise KeyError("no such layer")
+"""
+
+
+def test_cli_stage_builder_that_raises_is_one_line_exit_2(capsys, tmp_path):
+    path = tmp_path / "BAD.py"
+    path.write_text(BAD_BUILDER)
+    code, out, err = run(capsys, "gate", spec("reference:reference"), "--cuts", "4",
+                         "--stage-builder", f"{path}:build")  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "KeyError" in err and f"{path}:build" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
