@@ -39,6 +39,7 @@ import torch.fx
 
 from graphcheck.analysis.passes.link_mutations_pass import storage_root, written_arguments
 from graphcheck.analysis.program import Program
+from graphcheck.analysis.taint import Role
 
 __all__ = ["Blocked", "Handover", "NodeFailure", "RunStagesPass", "StagedRun"]
 
@@ -137,7 +138,7 @@ class RunStagesPass:
         """The one stage that may compute ``node``; ``None``: any stage recomputes it."""
         if node is self.output:
             return self.last
-        if self.program.role.get(node) != "activation":
+        if self.program.role.get(node) != Role.ACTIVATION:
             return None
         return self.stage_of(node)
 
