@@ -1,6 +1,15 @@
 """The byte gate: the split program run on CPU with real random weights, its bytes
 compared with the uncut model's and each document's logits with its packed ones.
 
+Modules, one job each: :mod:`~graphcheck.gate.run` (``gate()`` and :class:`Gate`,
+the orchestration), :mod:`~graphcheck.gate.weights` (the model on real weights in
+this process), :mod:`~graphcheck.gate.chain` (the stage processes, chained by bf16
+bytes), :mod:`~graphcheck.gate.runner` (what each of those processes runs),
+:mod:`~graphcheck.gate.graph_run` (the partitioned exported graph, in process),
+:mod:`~graphcheck.gate.checks` (the comparisons), :mod:`~graphcheck.gate.batch`
+(the packed batch), :mod:`~graphcheck.gate.messages` (one-line failures) and
+:mod:`~graphcheck.gate.report` (the report and its statuses).
+
 >>> from graphcheck.gate import Gate, GateReport, gate
 """
 

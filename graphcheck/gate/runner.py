@@ -50,7 +50,13 @@ from graphcheck.stages.builders import call_builder, resolve_builder
 
 __all__ = [
     "LEARNING_RATE",
+    "VARLEN_REST",
     "Recipe",
+    "build_model",
+    "build_stage",
+    "global_names",
+    "load_weights",
+    "logits_of",
     "loss_of",
     "pack",
     "run_stage",
