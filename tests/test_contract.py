@@ -3,8 +3,10 @@ listing of the rules generated from the modules' metadata."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from harness import cut_map
@@ -13,6 +15,7 @@ from graphcheck import rules
 from graphcheck.errors import UsageError
 from graphcheck.rules import RULES
 from graphcheck.rules import __doc__ as TABLE
+from graphcheck.stages.compare import Mismatch, MismatchKind
 
 SECTIONS = ("What it checks", "Why it matters", "Example", "Fix")
 
@@ -52,6 +55,17 @@ def test_package_table_is_generated_from_the_metadata():
         assert f"  {rule.SUMMARY}\n" in TABLE
 
 
+def test_readme_table_is_the_generated_one():
+    # regenerate it with .venv/bin/python scripts/rules_table.py --write
+    path = Path(__file__).resolve().parent.parent / "scripts" / "rules_table.py"
+    spec = importlib.util.spec_from_file_location("rules_table", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    readme = script.README.read_text(encoding="utf-8")
+    assert script.current(readme) == script.region()
+    assert all(f"| {r.CODE} | {r.SEVERITY} | {r.NAME} |" in readme for r in RULES)
+
+
 def test_doc_is_case_insensitive_and_has_a_header():
     text = rules.doc("gc302")
     assert text.startswith("GC302 layer-identity-lost (warning)\n\nWhat it checks\n")
@@ -63,6 +77,23 @@ def test_unknown_code_is_a_one_line_usage_error():
     with pytest.raises(UsageError) as err:
         rules.doc("GC999")
     assert "\n" not in str(err.value) and "GC101..GC501" in str(err.value)
+
+
+def test_every_mismatch_kind_has_exactly_one_owning_rule():
+    owners = {
+        kind: [r.CODE for r in RULES if kind in getattr(r, "OWNS", ())] for kind in MismatchKind
+    }
+    assert all(len(codes) == 1 for codes in owners.values()), owners
+    assert set().union(*(getattr(r, "OWNS", set()) for r in RULES)) == set(MismatchKind)
+
+
+@pytest.mark.parametrize("kind", [*MismatchKind, "a-kind-no-rule-owns"])
+def test_every_mismatch_is_reported_once(kind):
+    # a kind no rule owns (one added to MismatchKind and to no OWNS) still fails: GC303
+    ctx = SimpleNamespace(mismatches=[Mismatch(kind, 1, None, "stage 1 differs")])
+    found = [d.code for r in RULES if hasattr(r, "OWNS") for d in r.check(ctx)]
+    owner = [r.CODE for r in RULES if kind in getattr(r, "OWNS", ())] or ["GC303"]
+    assert found == owner
 
 
 def test_layout_flags_override_detection():

@@ -10,6 +10,9 @@ rules table: ``scripts/rules_table.py``):
   diagnostic a rule emits gets its rule's severity
   (:func:`graphcheck.checker.check`);
 * ``SUMMARY`` - one line: when the rule fires;
+* ``OWNS`` (GC301, GC303) - the :class:`~graphcheck.stages.compare.MismatchKind`
+  values of the stage-program differences the rule reports; every kind has one
+  owner, and GC303 also reports a kind no rule owns (fail closed);
 * the module docstring - the rule's user documentation (``graphcheck rules
   CODE``): a first line ``CODE name``, then the sections "What it checks",
   "Why it matters", "Example" and "Fix";
@@ -20,53 +23,45 @@ GC3xx are the stage-program equivalence rules: they run with a stage builder.
 
 from __future__ import annotations
 
+from importlib import import_module
 from types import ModuleType
 
 from graphcheck.errors import UsageError
-from graphcheck.rules import (
-    gc101_stage_plan_invalid,
-    gc102_misplaced_edge_module,
-    gc201_extra_activation_crosses_cut,
-    gc202_boundary_not_bf16,
-    gc203_boundary_not_materialized,
-    gc204_boundary_not_layer_output,
-    gc205_parameter_shared_across_stages,
-    gc206_boundary_not_residual_shape,
-    gc301_kernel_choice_flipped,
-    gc302_layer_identity_lost,
-    gc303_stage_program_differs,
-    gc401_varlen_metadata_not_consumed,
-    gc402_positions_fabricated,
-    gc403_shape_specialized,
-    gc501_non_bf16_parameter,
+
+__all__ = ["MISMATCH_CODES", "RULES", "by_code", "doc", "table"]
+
+# The one list of rules, in code order: the modules of graphcheck/rules/.
+RULES: tuple[ModuleType, ...] = tuple(
+    import_module(f"{__name__}.{name}")
+    for name in (
+        "gc101_stage_plan_invalid",
+        "gc102_misplaced_edge_module",
+        "gc201_extra_activation_crosses_cut",
+        "gc202_boundary_not_bf16",
+        "gc203_boundary_not_materialized",
+        "gc204_boundary_not_layer_output",
+        "gc205_parameter_shared_across_stages",
+        "gc206_boundary_not_residual_shape",
+        "gc301_kernel_choice_flipped",
+        "gc302_layer_identity_lost",
+        "gc303_stage_program_differs",
+        "gc401_varlen_metadata_not_consumed",
+        "gc402_positions_fabricated",
+        "gc403_shape_specialized",
+        "gc501_non_bf16_parameter",
+    )
 )
 
-__all__ = ["RULES", "by_code", "doc", "table"]
-
-RULES = (
-    gc101_stage_plan_invalid,
-    gc102_misplaced_edge_module,
-    gc201_extra_activation_crosses_cut,
-    gc202_boundary_not_bf16,
-    gc203_boundary_not_materialized,
-    gc204_boundary_not_layer_output,
-    gc205_parameter_shared_across_stages,
-    gc206_boundary_not_residual_shape,
-    gc301_kernel_choice_flipped,
-    gc302_layer_identity_lost,
-    gc303_stage_program_differs,
-    gc401_varlen_metadata_not_consumed,
-    gc402_positions_fabricated,
-    gc403_shape_specialized,
-    gc501_non_bf16_parameter,
-)
+# The rules that report a stage program differing from the uncut one (GC301, GC303):
+# the owners of the MismatchKind values.
+MISMATCH_CODES = frozenset(rule.CODE for rule in RULES if hasattr(rule, "OWNS"))
 
 
 def by_code() -> dict[str, ModuleType]:
     """``{"GC201": <module gc201_...>, ...}``
 
-    >>> sorted(by_code())[:2]
-    ['GC101', 'GC102']
+    >>> sorted(by_code())[:2], sorted(MISMATCH_CODES)
+    (['GC101', 'GC102'], ['GC301', 'GC303'])
     """
     return {rule.CODE: rule for rule in RULES}
 

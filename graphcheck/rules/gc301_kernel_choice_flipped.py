@@ -25,18 +25,19 @@ Fix
 from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.stages.compare import MismatchKind
 
 CODE = "GC301"
 NAME = "kernel-choice-flipped"
 SEVERITY = "error"
 SUMMARY = "a stage program's layer differs from the uncut program's layer"
-KINDS = ("layer", "side-choice")
+OWNS = frozenset({MismatchKind.LAYER, MismatchKind.SIDE_CHOICE})
 
 
 def check(ctx) -> list[Diagnostic]:
     found = []
     for mismatch in ctx.mismatches:
-        if mismatch.kind not in KINDS:
+        if mismatch.kind not in OWNS:
             continue
         message = mismatch.message
         found.append(

@@ -27,17 +27,30 @@ Fix
 from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.rules import gc301_kernel_choice_flipped
+from graphcheck.stages.compare import MismatchKind
 
 CODE = "GC303"
 NAME = "stage-program-differs"
 SEVERITY = "error"
-SUMMARY = "embedding, prelude side inputs, norm+head or stage hand-off differ"
-KINDS = ("edge", "side-prelude", "boundary", "missing", "extra", "glue")
+SUMMARY = "embedding, prelude side inputs, norm+head or the stage hand-off differ"
+OWNS = frozenset(
+    {
+        MismatchKind.EDGE,
+        MismatchKind.SIDE_PRELUDE,
+        MismatchKind.BOUNDARY,
+        MismatchKind.MISSING,
+        MismatchKind.EXTRA,
+        MismatchKind.GLUE,
+    }
+)
 
 
 def check(ctx) -> list[Diagnostic]:
+    """Every mismatch GC301 does not own: this rule's kinds and, failing closed, any
+    kind no rule owns yet (a difference is never dropped)."""
     return [
         Diagnostic.at(CODE, NAME, m.message, node=m.node, stage=m.stage)
         for m in ctx.mismatches
-        if m.kind in KINDS
+        if m.kind not in gc301_kernel_choice_flipped.OWNS
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from dataclasses import dataclass
+from enum import StrEnum
 
 import torch.fx
 from networkx.algorithms.isomorphism import DiGraphMatcher
@@ -26,22 +27,29 @@ from graphcheck.diagnostics import source_line
 from graphcheck.stages.build import StageProgram
 from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
 
-__all__ = ["Mismatch", "compare_stage", "same_part"]
+__all__ = ["Mismatch", "MismatchKind", "compare_stage", "same_part"]
+
+
+class MismatchKind(StrEnum):
+    """What differs. Each kind is owned by exactly one rule (its module's ``OWNS``)."""
+
+    LAYER = "layer"  # an op of a layer differs
+    SIDE_CHOICE = "side-choice"  # a layer reads another side input the uncut program computes
+    SIDE_PRELUDE = "side-prelude"  # the stage computes a side input the uncut program never does
+    EDGE = "edge"  # the embedding, or the norm and head
+    BOUNDARY = "boundary"  # the hand-off between stages
+    MISSING = "missing"  # a layer (or edge) the stage does not run
+    EXTRA = "extra"  # a layer the uncut program does not run
+    GLUE = "glue"  # model-level work outside every module
 
 
 @dataclass
 class Mismatch:
-    """A difference between a stage program and the uncut program.
+    """A difference between a stage program and the uncut program, of one
+    :class:`MismatchKind`. ``node`` and ``uncut`` are FX nodes or :class:`NodeRecord`
+    values (both carry ``name`` and ``meta``)."""
 
-    ``kind``: ``layer`` (an op differs), ``side-choice`` (a layer reads another side
-    input the uncut program also computes), ``side-prelude`` (the stage computes a side
-    input the uncut program never does), ``edge`` (embedding / norm+head), ``boundary``
-    (the hand-off between stages), ``missing`` (a layer the stage does not run),
-    ``extra`` (a layer the uncut program does not run), ``glue`` (model-level work).
-    ``node`` and ``uncut`` are FX nodes or :class:`NodeRecord` values (both carry
-    ``name`` and ``meta``)."""
-
-    kind: str
+    kind: MismatchKind
     stage: int
     layer: int | None
     message: str
@@ -112,7 +120,7 @@ def _extra_layer(stage: StageProgram, g: int, part: Part | None) -> list[Mismatc
     if part is None or not part.ops:
         return []
     message = f"stage {stage.index} runs global layer {g}, which the uncut program does not run"
-    return [Mismatch("extra", stage.index, g, message, part.ops[0])]
+    return [Mismatch(MismatchKind.EXTRA, stage.index, g, message, part.ops[0])]
 
 
 def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
@@ -129,7 +137,7 @@ def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
         f"({sum(added.values())} ops added, {sum(dropped.values())} dropped against the uncut "
         "program); run the model's own code between layers"
     )
-    return [Mismatch("glue", stage.index, None, message, node)]
+    return [Mismatch(MismatchKind.GLUE, stage.index, None, message, node)]
 
 
 def _compare(up: Part, sp: Part, u: _Uncut, index: int, layer) -> list[Mismatch]:
@@ -137,8 +145,8 @@ def _compare(up: Part, sp: Part, u: _Uncut, index: int, layer) -> list[Mismatch]
         return []
     what = f"global layer {layer}" if layer is not None else _edge_name(up)
     if not sp.ops and up.ops:
-        return [Mismatch("missing", index, layer, f"stage {index} does not run {what}")]
-    kind = "layer" if layer is not None else "edge"
+        return [Mismatch(MismatchKind.MISSING, index, layer, f"stage {index} does not run {what}")]
+    kind = MismatchKind.LAYER if layer is not None else MismatchKind.EDGE
     if up.labels() != sp.labels():
         return [_op_difference(up, sp, index, layer, what, kind)]
     return [_external_difference(up, sp, u, index, layer, what, kind)]
@@ -193,7 +201,8 @@ def _external_difference(up: Part, sp: Part, u: _Uncut, index, layer, what, kind
         return Mismatch(kind, index, layer, f"{what}: same ops, wired differently")
     snode, unode = slabels[extra[0]], ulabels[gone[0]] if gone else None
     if extra[0].startswith("side:"):
-        kind = "side-choice" if extra[0][5:] in u.all else "side-prelude"
+        side = extra[0][5:] in u.all
+        kind = MismatchKind.SIDE_CHOICE if side else MismatchKind.SIDE_PRELUDE
     read = _describe(snode)
     instead = f" where the uncut program reads {_describe(unode)}" if unode else ""
     return Mismatch(kind, index, layer, f"{what} reads {read}{instead}", snode, unode)
@@ -216,4 +225,4 @@ def _boundary(stage: StageProgram, hidden: int) -> list[Mismatch]:
         f"x = bfloat16{want}; return the bf16 residual stream"
     )
     node = values[0][2] if values else stage.outputs[0][2] if stage.outputs else None
-    return [Mismatch("boundary", stage.index, None, message, node)]
+    return [Mismatch(MismatchKind.BOUNDARY, stage.index, None, message, node)]
