@@ -29,13 +29,14 @@ from collections.abc import Sequence
 
 from graphcheck.analysis.dataflow import analyse_cuts
 from graphcheck.analysis.export import export_model
-from graphcheck.analysis.plan import StagePlan, plan_from_cuts, plan_from_stages
+from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.errors import AnalysisError, UsageError
 from graphcheck.kernels import patched
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import Report
+from graphcheck.rules.gc101_stage_plan_invalid import plan_from_cuts, plan_from_stages
 from graphcheck.stages import fresh
 from graphcheck.stages.builders import StageBuilder
 from graphcheck.stages.programs import stage_programs

@@ -122,10 +122,10 @@ def _gate_parser(sub) -> None:
 
 
 def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
-    from graphcheck.analysis.plan import parse_cuts
     from graphcheck.gate.batch import parse_docs
     from graphcheck.gate.run import gate
     from graphcheck.report import render
+    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts
 
     cuts = parse_cuts(args.cuts) if args.cuts is not None else None
     docs = parse_docs(args.docs)
@@ -142,9 +142,9 @@ def _split(text: str | None) -> list[str] | None:
 
 def _run(args: argparse.Namespace) -> tuple[str, int]:
     from graphcheck import api
-    from graphcheck.analysis.plan import parse_cuts
     from graphcheck.model.hf import parse_settings
     from graphcheck.report import render
+    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts
 
     options = {
         "layers": args.layers,

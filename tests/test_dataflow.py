@@ -112,8 +112,8 @@ def test_diagnostic_carries_node_module_and_source():
 def test_plan_placement_is_one_feasible_schedule():
     # every flow edge runs forward in stage order under the placement the proof reports
     from graphcheck.analysis.dataflow import analyse_cuts
-    from graphcheck.analysis.plan import plan_from_cuts
     from graphcheck.checker import Context
+    from graphcheck.rules.gc101_stage_plan_invalid import plan_from_cuts
 
     for name, cuts in [
         ("violations:cast_in_loop", [2, 3, 6]),

@@ -24,12 +24,17 @@ GC101 line before exporting. Dataflow against the layer order is a finding.
 
 from __future__ import annotations
 
+import itertools
+
+from graphcheck.analysis.plan import StagePlan
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.errors import UsageError
 
 CODE = "GC101"
 NAME = "stage-plan-invalid"
 SEVERITY = "error"
 SUMMARY = "cut out of range, empty middle stage (exit 2); layers that do not run in index order"
+_PREFIX = f"{CODE} {NAME}"  # of the usage errors a malformed plan raises (exit status 2)
 
 
 def check(ctx) -> list[Diagnostic]:
@@ -51,3 +56,49 @@ def check(ctx) -> list[Diagnostic]:
             )
         )
     return found
+
+
+# --- malformed plans: bad arguments, raised before export ---------------------------------
+
+
+def parse_cuts(text: str) -> list[int]:
+    """``"4,8"`` -> ``[4, 8]``; raises :class:`UsageError` on anything else."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()] or _empty()
+    except ValueError:
+        raise UsageError(
+            f"{_PREFIX}: --cuts {text!r} is not a comma-separated list of layer indices"
+        ) from None
+
+
+def _empty() -> list[int]:
+    raise ValueError
+
+
+def plan_from_cuts(cuts: list[int], num_layers: int) -> StagePlan:
+    """Validate ``cuts`` against ``num_layers``; raises :class:`UsageError`.
+
+    >>> [s.layers for s in plan_from_cuts([4, 8], 12).stages]
+    [(0, 3), (4, 7), (8, 11)]
+    """
+    for cut in cuts:
+        if not 0 <= cut <= num_layers:
+            raise UsageError(f"{_PREFIX}: cut {cut} is out of range 0..{num_layers}")
+    for a, b in itertools.pairwise(cuts):
+        if b <= a:
+            raise UsageError(
+                f"{_PREFIX}: cuts must strictly increase "
+                f"({a} then {b} leaves an empty middle stage)"
+            )
+    return StagePlan(tuple(cuts), num_layers)
+
+
+def plan_from_stages(stages: int, num_layers: int) -> StagePlan:
+    """An even split of ``num_layers`` into ``stages`` stages.
+
+    >>> plan_from_stages(3, 8).cuts
+    (3, 5)
+    """
+    if not 1 <= stages <= num_layers:
+        raise UsageError(f"{_PREFIX}: --stages {stages} must be between 1 and {num_layers}")
+    return StagePlan(tuple(round(i * num_layers / stages) for i in range(1, stages)), num_layers)
