@@ -26,17 +26,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphcheck.analysis.export import VARLEN_INPUTS
 from graphcheck.api import Explorer
 from graphcheck.errors import GraphcheckError
 from graphcheck.gate import Gate
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.report import ISOLATION_TOLERANCE
 from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.varlen import model_inputs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "adversarial.py"
 DOCS = (23, 9, 31, 4)  # T = 67 tokens in 4 documents
-INPUTS = VARLEN_INPUTS
+INPUTS = model_inputs()
 
 # Rows marked SLOW (a second fixture of a class the default rows already cover) run
 # with GRAPHCHECK_SLOW=1: every row costs two exports.

@@ -37,9 +37,8 @@ from graphcheck.errors import ExportError
 from graphcheck.model.load import default_dtype
 from graphcheck.varlen import BY_NAME, example_values, model_inputs, stage_inputs
 
-__all__ = ["VARLEN_INPUTS", "Exported", "example_inputs", "export_model"]
+__all__ = ["Exported", "accepted_inputs", "example_inputs", "export_model"]
 
-VARLEN_INPUTS = model_inputs()
 EXAMPLE_DOCS = (7, 12, 10)  # T = 29 tokens in N = 3 documents
 
 
@@ -79,7 +78,7 @@ def accepted_inputs(model: nn.Module) -> tuple[tuple[str, ...], bool]:
     """The varlen inputs ``model.forward`` accepts, and whether it needs a wrapper."""
     params = inspect.signature(model.forward).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    names = tuple(n for n in VARLEN_INPUTS if n in params or var_kw)
+    names = tuple(n for n in model_inputs() if n in params or var_kw)
     if "input_ids" not in names:
         raise ExportError(f"{type(model).__name__}.forward does not accept input_ids")
     return names, list(params)[: len(names)] != list(names)

@@ -39,13 +39,12 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import int_oo
 
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.varlen import BY_NAME
 
 CODE = "GC403"
 NAME = "shape-specialized"
 SEVERITY = "error"
 SUMMARY = "export specialised or guarded T / N"
-
-_DIMS = {"input_ids": 1, "hidden": 1, "position_ids": 1, "cu_seq_lens_q": 0, "cu_seq_lens_k": 0}
 
 
 def check(ctx) -> list[Diagnostic]:
@@ -110,7 +109,7 @@ def _diag(message: str, node=None) -> Diagnostic:
 def _specialised(program, name: str, node) -> str | None:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        size = val.shape[_DIMS[name]] if name in _DIMS else None
+        size = val.shape[row.dim] if (row := BY_NAME.get(name)) and row.dim is not None else None
     else:
         size = val
     if size is None:

@@ -29,15 +29,16 @@ from graphcheck.analysis.fx import is_view_node
 from graphcheck.analysis.locality import Dep, Interp, Kind, Val, carry, meta_toks
 from graphcheck.analysis.passes.base import NodePass
 from graphcheck.analysis.transfer import transfer
+from graphcheck.varlen import BY_NAME, Structure
 
 __all__ = ["PropagateLocalityPass"]
 
-_INPUT_KINDS = {
-    "position_ids": (Kind.POS, Dep.POINT),
-    "cu_seq_lens_q": (Kind.CU, Dep.NONE),
-    "cu_seq_lens_k": (Kind.CU, Dep.NONE),
-    "max_length_q": (Kind.LENGTH, Dep.NONE),
-    "max_length_k": (Kind.LENGTH, Dep.NONE),
+# The varlen inputs that are structure, not token data (by their row's ``structure``):
+# the kind of value they start as and how they depend on tokens.
+_STRUCTURE_KINDS = {
+    Structure.POSITIONS: (Kind.POS, Dep.POINT),
+    Structure.BOUNDARIES: (Kind.CU, Dep.NONE),
+    Structure.MAX_LENGTH: (Kind.LENGTH, Dep.NONE),
 }
 
 
@@ -59,15 +60,14 @@ class PropagateLocalityPass(NodePass, Interp):
         name = self.inputs.get(node.name)
         val = node.meta.get("val")
         toks = meta_toks(val, self.tokens)
-        if name in ("input_ids", "hidden"):
-            self.vals[node] = Val(toks, Dep.POINT)
-        elif name in _INPUT_KINDS and node not in self.mutated:
-            kind, dep = _INPUT_KINDS[name]
+        row = BY_NAME.get(name) if name is not None else None
+        if row is not None and row.structure in _STRUCTURE_KINDS and node not in self.mutated:
+            kind, dep = _STRUCTURE_KINDS[row.structure]
             absolute = frozenset({node}) if kind in (Kind.CU, Kind.LENGTH) else frozenset()
             self.vals[node] = Val(toks, dep, kind=kind, absolute=absolute)
             self.reasons.setdefault(node, f"{name} used as a value")
         elif name is not None:
-            self.vals[node] = Val(toks, Dep.POINT)  # an input changed in place: plain data
+            self.vals[node] = Val(toks, Dep.POINT)  # tokens, or an input changed in place
         else:
             self.vals[node] = Val(toks)  # parameters, buffers, constants
 
