@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
 from graphcheck.analysis.taint import Role
+from graphcheck.rules import MISMATCH_CODES
 
 if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
@@ -101,7 +102,7 @@ def render_text(report: Report) -> str:
     proven = sum(c.verdict == "pass" for c in report.cuts)
     summary = f"{proven}/{len(report.cuts)} cuts proven"
     if report.stage_programs:
-        differ = sum(d.code in ("GC301", "GC303") for d in report.errors)
+        differ = sum(d.code in MISMATCH_CODES for d in report.errors)
         plural = "" if differ == 1 else "s"
         summary += f"; {len(report.stage_programs)} stage programs, {differ} difference{plural}"
     lines += ["", f"verdict: {report.verdict.upper()} ({summary})"]
