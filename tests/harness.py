@@ -1,7 +1,8 @@
 """The test harness: run graphcheck on a fixture once, assert codes.
 
-Exports are cached per (fixture, plan), so a fixture is exported once per
-plan however many tests read it.
+Exports are cached per (fixture, model options): one :class:`Explorer` per fixture
+serves every map and every plan read from it, in every test module; reports are
+cached per (fixture, plan, options).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import graphcheck
+from graphcheck.api import Explorer
 from graphcheck.report import Report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,13 +24,19 @@ def spec(name: str) -> str:
 
 
 @cache
-def cut_map(name: str, **options) -> Report:
-    return graphcheck.cut_map(spec(name), **options)
+def explorer(name: str, **options) -> Explorer:
+    """The fixture, exported once (on first use) with these model options."""
+    return Explorer(spec(name), **options)
 
 
 @cache
-def verify(name: str, cuts: tuple[int, ...], **options) -> Report:
-    return graphcheck.verify(spec(name), list(cuts), **options)
+def cut_map(name: str, **options) -> Report:
+    return explorer(name, **options).map()
+
+
+@cache
+def verify(name: str, cuts: tuple[int, ...], stage_builder: str | None = None, **options) -> Report:
+    return explorer(name, **options).verify(list(cuts), stage_builder=stage_builder)
 
 
 def codes(report: Report) -> set[str]:

@@ -1,4 +1,6 @@
-"""Every rule fires on its violating fixture and stays silent on its passing twin."""
+"""What each rule finds beyond firing on its fixture: every cut, the crossing set, the
+messages, more fixtures. That each code fires on its violating fixture and not on its
+passing twin is tests/test_rule_table.py."""
 
 from __future__ import annotations
 
@@ -14,24 +16,7 @@ def test_allows_reference_at_every_boundary():
     assert report.legal_cuts() == list(range(9))
 
 
-# GC101 stage-plan-invalid ----------------------------------------------------------------
-
-
-def test_flags_layers_out_of_index_order():
-    assert "GC101" in cut_map("violations:reversed_layers").codes
-
-
-def test_allows_layers_in_index_order():
-    assert "GC101" not in cut_map("reference:reference").codes
-
-
 # GC102 misplaced-edge-module ---------------------------------------------------------------
-
-
-def test_flags_final_norm_used_mid_stack():
-    # model.norm also runs after layer 1; layer 2 reads it: with a cut at 4, the norm must
-    # run on stage 0 and on the last stage
-    assert "GC102" in verify("violations:norm_mid_stack", (4,)).codes
 
 
 def test_allows_final_norm_use_on_the_last_stage():
@@ -84,10 +69,6 @@ def test_flags_view_of_larger_tensor():
     assert all(cut_codes(report, k) == {"GC203"} for k in range(1, 9))
 
 
-def test_allows_materialized_bf16_residual():
-    assert "GC203" not in cut_map("violations:cast_in_loop").codes
-
-
 # GC204 boundary-not-layer-output -----------------------------------------------------------
 
 
@@ -111,10 +92,6 @@ def test_flags_tied_embeddings():
     assert len(shared) == 1
 
 
-def test_allows_untied_head():
-    assert "GC205" not in cut_map("reference:reference").codes
-
-
 # GC401 varlen-metadata-not-consumed --------------------------------------------------------
 
 
@@ -126,10 +103,6 @@ def test_flags_attention_without_document_mask():
 
 def test_allows_sdpa_with_document_mask():
     assert cut_map("violations:sdpa_doc_mask").codes == set()
-
-
-def test_allows_varlen_attention():
-    assert "GC401" not in cut_map("reference:reference").codes
 
 
 # GC402 positions-fabricated ----------------------------------------------------------------
@@ -145,20 +118,12 @@ def test_flags_learned_positions_looked_up_with_arange():
     assert cut_map("violations:learned_positions_arange").codes == {"GC402"}
 
 
-def test_allows_positions_from_position_ids():
-    assert "GC402" not in cut_map("reference:reference").codes
-
-
 # GC403 shape-specialized --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fixture", ["length_guard", "specialized_length"])
 def test_flags_guard_on_length(fixture):
     assert cut_map(f"violations:{fixture}").codes == {"GC403"}
-
-
-def test_allows_shape_generic_export():
-    assert "GC403" not in cut_map("reference:reference").codes
 
 
 # GC501 non-bf16-parameter ------------------------------------------------------------------

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
-from harness import spec
+from harness import explorer, spec
 
 import graphcheck
-from graphcheck.api import Explorer
 
 CUTS = range(9)
-
-
-@cache
-def explorer(name: str) -> Explorer:
-    return Explorer(spec(name))
 
 
 def stage_codes(name: str, builder: str, cut: int) -> dict[str, set[str]]:
