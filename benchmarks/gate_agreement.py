@@ -14,6 +14,9 @@ documents leak.
 
     .venv/bin/python benchmarks/gate_agreement.py [--hf] [fixture ...]
 
+A fixture is ``module:factory`` (``reference:window_only``), ``hf:family`` or a
+module name alone (``reference``: every fixture of that module).
+
 Left out: ``llama8b_shape`` (8B real weights do not fit a CI machine),
 ``export_fails`` and ``factory_raises`` (they cannot be built or exported).
 """
@@ -56,9 +59,9 @@ EXTRA = [  # (fixture, cuts, options)
 ]
 
 
-def fixtures() -> list[str]:
+def fixtures(modules=MODULES) -> list[str]:
     names = []
-    for module in MODULES:
+    for module in modules:
         for name in module.__all__:
             factory = getattr(module, name)
             if name in SKIP or not callable(factory) or not name[0].islower():
@@ -66,6 +69,17 @@ def fixtures() -> list[str]:
             if getattr(factory, "__module__", "") == module.__name__ and _is_factory(factory):
                 names.append(f"{module.__name__}:{name}")
     return names
+
+
+def expand(name: str) -> list[str]:
+    """``module:factory`` or ``hf:family`` as given; a bare module name (``reference``)
+    is every fixture of that module."""
+    if ":" in name:
+        return [name]
+    by_name = {module.__name__: module for module in MODULES}
+    if name not in by_name:
+        raise SystemExit(f"unknown fixture module {name!r}: use {', '.join(by_name)}")
+    return fixtures((by_name[name],))
 
 
 def _is_factory(fn) -> bool:
@@ -170,7 +184,8 @@ def main() -> int:
     parser.add_argument("--hf", action="store_true", help="also the tiny transformers families")
     parser.add_argument("names", nargs="*")
     args = parser.parse_args()
-    names = args.names or fixtures() + ([f"hf:{f}" for f in FAMILIES] if args.hf else [])
+    names = [n for name in args.names for n in expand(name)]
+    names = names or fixtures() + ([f"hf:{f}" for f in FAMILIES] if args.hf else [])
     start = time.perf_counter()
     print("| fixture | cuts | static | staged vs uncut | isolation |")
     print("|---|---|---|---|---|")
