@@ -30,6 +30,7 @@ import torch
 from torch.export.graph_signature import InputKind
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import Diagnostic
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
@@ -53,7 +54,7 @@ def check(ctx) -> list[Diagnostic]:
     groups = _storage_groups(ctx.program)
     for cut in ctx.cuts:
         for crossing in cut.crossing:
-            if crossing.role == "parameter":
+            if crossing.role == Role.PARAMETER:
                 found.append(_diagnostic(ctx, cut, crossing))
         for group in groups:
             diagnostic = _shared_storage(ctx, cut, group)
