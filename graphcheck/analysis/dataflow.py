@@ -64,7 +64,6 @@ class CutAnalysis:
 
     position: int
     crossing: list[Crossing] = field(default_factory=list)
-    wire: list[torch.fx.Node] = field(default_factory=list)  # flow values on the wire
     left: set[torch.fx.Node] = field(default_factory=set)  # free glue placed left
 
     def on_left(self, program: Program, node: torch.fx.Node) -> bool:
@@ -168,7 +167,7 @@ def _min_cut(
 def analyse_cut(program: Program, k: int, edges, forced_left=frozenset()) -> CutAnalysis:
     """The crossing set of boundary ``k`` given its live ``edges``."""
     wire, left = _min_cut(program, k, edges, forced_left)
-    cut = CutAnalysis(k, wire=wire, left=left)
+    cut = CutAnalysis(k, left=left)
     right = [n for n in program.interval if not cut.on_left(program, n)]
     right += [n for n, r in program.region.items() if _runs_right(program, n, r, k)]
     crossing = [_crossing(program, cut, v, program.role[v]) for v in wire]

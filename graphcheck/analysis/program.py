@@ -80,9 +80,6 @@ class Program:
         after = min((i for i in present if i >= k), default=None)
         return before, after
 
-    def is_flow(self, node: torch.fx.Node) -> bool:
-        return node in self.interval
-
     def label(self, node: torch.fx.Node) -> str:
         """Where ``node`` runs, for reports: its module path or region."""
         if node.op == "placeholder":
@@ -114,17 +111,6 @@ class Program:
         for sym, name in sorted(self.exported.symbols.items(), key=lambda kv: -len(kv[0])):
             text = text.replace(sym, name)
         return text
-
-    def is_token_axis(self, node, dim) -> bool:
-        """Whether ``dim`` of ``node``'s tensor value runs over the T tokens."""
-        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or not isinstance(dim, int) or val.dim() == 0:
-            return False
-        size = val.shape[dim]
-        if not isinstance(size, torch.SymInt):
-            return False
-        tokens = {sym for sym, name in self.exported.symbols.items() if name == "T"}
-        return any(str(s) in tokens for s in size.node.expr.free_symbols)
 
     def dtype(self, node: torch.fx.Node) -> str | None:
         val = node.meta.get("val")

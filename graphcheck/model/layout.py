@@ -48,7 +48,6 @@ class Layout:
     output_fqns: tuple[str, ...]
     num_layers: int
     layer_keys: dict[str, int] = field(default_factory=dict)
-    source: str = "auto"
 
     def layer_of(self, fqn: str) -> int | None:
         """Global layer index of module path ``fqn``, or ``None``.
@@ -92,8 +91,7 @@ def detect_layout(
         raise LayoutError("no output modules (final norm, head) found; pass --outputs FQN[,FQN]")
     keys, count = _layer_keys(container, prefix)
     num = int(declared.get("num_layers") or count)
-    source = "flags" if layers else "get_pp_module_config" if declared else "auto"
-    return Layout(prefix, tuple(ins), tuple(outs), num, keys, source)
+    return Layout(prefix, tuple(ins), tuple(outs), num, keys)
 
 
 def _declared_config(model: nn.Module) -> dict:

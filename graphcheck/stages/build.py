@@ -215,7 +215,7 @@ def stage_layout(
                 found.append(at)
                 moved[at] = fqn
     keys, _ = _mapping(module.get_submodule(prefix), prefix, layers)
-    stage = Layout(prefix, tuple(edges[0]), tuple(edges[1]), layout.num_layers, keys, "stage")
+    stage = Layout(prefix, tuple(edges[0]), tuple(edges[1]), layout.num_layers, keys)
     return stage, functools.partial(_rename, moved, sroot, uroot)
 
 
