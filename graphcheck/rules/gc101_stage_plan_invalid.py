@@ -30,6 +30,17 @@ from graphcheck.analysis.plan import StagePlan
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import UsageError
 
+__all__ = [
+    "CODE",
+    "NAME",
+    "SEVERITY",
+    "SUMMARY",
+    "check",
+    "parse_cuts",
+    "plan_from_cuts",
+    "plan_from_stages",
+]
+
 CODE = "GC101"
 NAME = "stage-plan-invalid"
 SEVERITY = "error"

@@ -25,6 +25,8 @@ from __future__ import annotations
 from graphcheck.analysis.regions import INPUT
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC102"
 NAME = "misplaced-edge-module"
 SEVERITY = "error"

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC201"
 NAME = "extra-activation-crosses-cut"
 SEVERITY = "error"

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC202"
 NAME = "boundary-not-bf16"
 SEVERITY = "error"

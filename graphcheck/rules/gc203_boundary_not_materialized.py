@@ -25,6 +25,8 @@ from __future__ import annotations
 from graphcheck.analysis.residual import view_base
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC203"
 NAME = "boundary-not-materialized"
 SEVERITY = "error"

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC204"
 NAME = "boundary-not-layer-output"
 SEVERITY = "error"

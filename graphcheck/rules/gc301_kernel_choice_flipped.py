@@ -27,6 +27,8 @@ from __future__ import annotations
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.stages.compare import MismatchKind
 
+__all__ = ["CODE", "NAME", "OWNS", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC301"
 NAME = "kernel-choice-flipped"
 SEVERITY = "error"

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC302"
 NAME = "layer-identity-lost"
 SEVERITY = "warning"

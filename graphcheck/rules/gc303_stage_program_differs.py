@@ -30,6 +30,8 @@ from graphcheck.diagnostics import Diagnostic
 from graphcheck.rules import gc301_kernel_choice_flipped
 from graphcheck.stages.compare import MismatchKind
 
+__all__ = ["CODE", "NAME", "OWNS", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC303"
 NAME = "stage-program-differs"
 SEVERITY = "error"

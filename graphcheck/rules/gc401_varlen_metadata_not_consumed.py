@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic, module_path
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC401"
 NAME = "varlen-metadata-not-consumed"
 SEVERITY = "error"

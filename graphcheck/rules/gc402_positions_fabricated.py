@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC402"
 NAME = "positions-fabricated"
 SEVERITY = "error"

@@ -41,6 +41,8 @@ from torch.utils._sympy.numbers import int_oo
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.varlen import BY_NAME
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC403"
 NAME = "shape-specialized"
 SEVERITY = "error"

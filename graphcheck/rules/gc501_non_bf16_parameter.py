@@ -24,6 +24,8 @@ from fnmatch import fnmatchcase
 
 from graphcheck.diagnostics import Diagnostic
 
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+
 CODE = "GC501"
 NAME = "non-bf16-parameter"
 SEVERITY = "error"
