@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.fx
 
-__all__ = ["Diagnostic", "module_path", "source_line"]
+__all__ = ["Diagnostic", "module_path", "normalize_fqn", "source_line"]
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from graphcheck.errors import ExportError
 from graphcheck.model.load import default_dtype
 from graphcheck.varlen import BY_NAME, example_values, model_inputs, stage_inputs
 
-__all__ = ["Exported", "accepted_inputs", "example_inputs", "export_model"]
+__all__ = ["EXAMPLE_DOCS", "Exported", "accepted_inputs", "example_inputs", "export_model"]
 
 EXAMPLE_DOCS = (7, 12, 10)  # T = 29 tokens in N = 3 documents
 

@@ -25,8 +25,6 @@ __all__ = [
     "tensor_val",
 ]
 
-aten = torch.ops.aten
-
 
 def op_name(target) -> str:
     """``aten.add.Tensor`` style name of an FX target."""

@@ -59,6 +59,8 @@ __all__ = [
     "Tok",
     "Val",
     "join_dep",
+    "unknown",
+    "unknown_or_leak",
 ]
 
 

@@ -22,7 +22,7 @@ from graphcheck.analysis.fx import is_cast_node, is_view_node
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 
-__all__ = ["Wire", "classify_wire", "copies_data", "view_base"]
+__all__ = ["Wire", "cast_root", "classify_wire", "view_base"]
 
 
 @dataclass

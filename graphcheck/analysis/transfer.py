@@ -20,7 +20,7 @@ from graphcheck.analysis import optable, optable_mixers
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Interp, Val, carry, unknown, unknown_or_leak
 
-__all__ = ["TABLE", "table_markdown", "transfer"]
+__all__ = ["FAMILIES", "TABLE", "table_markdown", "transfer"]
 
 FAMILIES = [*optable.FAMILIES, *optable_mixers.FAMILIES]
 

@@ -41,7 +41,15 @@ from torch import nn
 
 from graphcheck.errors import ModelLoadError, UsageError
 
-__all__ = ["PREFIX", "TINY", "build_config", "hf_factory", "is_hf_spec", "parse_settings"]
+__all__ = [
+    "PREFIX",
+    "TINY",
+    "build_config",
+    "hf_factory",
+    "is_hf_spec",
+    "offline",
+    "parse_settings",
+]
 
 PREFIX = "hf:"
 TINY: dict[str, object] = {

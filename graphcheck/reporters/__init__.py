@@ -5,3 +5,5 @@
 command line's ``--format`` offers every module here: adding a format is adding
 a module.
 """
+
+__all__: list[str] = []
