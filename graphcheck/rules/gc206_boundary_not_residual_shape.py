@@ -37,6 +37,7 @@ import torch.fx
 
 from graphcheck.analysis.dataflow import copies_data
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
+from graphcheck.analysis.regions import RegionKind
 from graphcheck.diagnostics import Diagnostic
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
@@ -86,9 +87,11 @@ def _widths(program) -> set[int]:
     for node in program.interval:
         kind = program.region[node].kind
         users = [u for u in node.users if u in program.interval]
-        if kind == "input" and any(program.region[u].kind != "input" for u in users):
+        if kind == RegionKind.INPUT and any(program.region[u].kind != kind for u in users):
             found |= _last_dim(node)
-        if kind != "output" and any(program.region[u].kind == "output" for u in users):
+        if kind != RegionKind.OUTPUT and any(
+            program.region[u].kind == RegionKind.OUTPUT for u in users
+        ):
             found |= _last_dim(node)
     return found
 

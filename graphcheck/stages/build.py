@@ -47,7 +47,7 @@ from torch import nn
 
 from graphcheck.analysis.export import export_model
 from graphcheck.analysis.program import Program, analyse
-from graphcheck.analysis.regions import GLUE, INPUT, OUTPUT, Region
+from graphcheck.analysis.regions import GLUE, INPUT, OUTPUT, Region, RegionKind
 from graphcheck.errors import AnalysisError, GraphcheckError, LayoutError, one_line
 from graphcheck.model.layout import _LAYER_CANDIDATES, Layout, _layer_keys
 from graphcheck.model.load import default_dtype
@@ -312,7 +312,7 @@ def _layer_ids(container: nn.Module, keys: dict[str, int]) -> dict[int, int]:
 def _summarise(stage: StageProgram, program: Program, rename: Callable[[str], str]) -> None:
     """Fill ``stage`` with the parts and facts :func:`compare_stage` reads."""
     provenance = Provenance(program, rename)
-    for region in (*(Region("layer", g) for g in stage.layers), INPUT, OUTPUT):
+    for region in (*(Region(RegionKind.LAYER, g) for g in stage.layers), INPUT, OUTPUT):
         stage.parts[region] = part_of(program, region, provenance)
     stage.glue = glue_labels(program, program.graph.nodes)
     for node in program.graph.nodes:

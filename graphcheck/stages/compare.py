@@ -22,7 +22,7 @@ import torch.fx
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
 from graphcheck.analysis.program import Program
-from graphcheck.analysis.regions import INPUT, OUTPUT, Region
+from graphcheck.analysis.regions import INPUT, OUTPUT, Region, RegionKind
 from graphcheck.diagnostics import source_line
 from graphcheck.stages.build import StageProgram
 from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
@@ -100,11 +100,11 @@ def compare_stage(
     present = set(uncut.layout.layer_keys.values())
     found = []
     for g in stage.layers:
-        sp = stage.parts.get(Region("layer", g))
+        sp = stage.parts.get(Region(RegionKind.LAYER, g))
         if g not in present:
             found += _extra_layer(stage, g, sp)
             continue
-        found += _compare(u.part(Region("layer", g)), sp, u, stage.index, g)
+        found += _compare(u.part(Region(RegionKind.LAYER, g)), sp, u, stage.index, g)
     if stage.index == 0:
         found += _compare(u.part(INPUT), stage.parts[INPUT], u, stage.index, None)
     if last:

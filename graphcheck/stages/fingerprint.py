@@ -39,7 +39,8 @@ from torch.utils._pytree import tree_flatten
 
 from graphcheck.analysis.fx import is_view_node, op_name
 from graphcheck.analysis.program import Program
-from graphcheck.analysis.regions import GLUE, Region
+from graphcheck.analysis.regions import GLUE, Region, RegionKind
+from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import normalize_fqn
 
 __all__ = [
@@ -191,7 +192,7 @@ def within(program: Program, node: torch.fx.Node) -> str | None:
     path = normalize_fqn(path) or ""
     region = program.region.get(node)
     keys = {g: k for k, g in program.layout.layer_keys.items()}
-    if region is not None and region.kind == "layer":
+    if region is not None and region.kind == RegionKind.LAYER:
         path = path.removeprefix(f"{program.layout.layer_prefix}.{keys.get(region.layer)}.")
     name = _class_name(cls).rsplit(".", 1)[-1] if cls else ""
     return f"{path} ({name})" if name else path
@@ -297,9 +298,9 @@ def external_label(program: Program, node, provenance: Provenance, layer: int | 
     """The label of a value ``node`` read by a part of ``layer`` (``None``: not a layer)."""
     region = program.region.get(node)
     fqn = program.owner.get(node)
-    if region is not None and region.kind in ("parameter", "buffer") and fqn:
-        kind = "param" if region.kind == "parameter" else "buffer"
+    if region is not None and region.kind in (RegionKind.PARAMETER, RegionKind.BUFFER) and fqn:
+        kind = "param" if region.kind == RegionKind.PARAMETER else "buffer"
         return f"{kind}:{provenance.fqn(fqn, layer)}:{value_label(program, node)}"
-    if program.role.get(node) == "activation":
+    if program.role.get(node) == Role.ACTIVATION:
         return f"activation:{value_label(program, node)}"
     return f"side:{provenance(node)}"
