@@ -23,6 +23,8 @@ GC3xx are the stage-program equivalence rules: they run with a stage builder.
 
 from __future__ import annotations
 
+import pkgutil
+import re
 from importlib import import_module
 from types import ModuleType
 
@@ -30,26 +32,12 @@ from graphcheck.errors import UsageError
 
 __all__ = ["MISMATCH_CODES", "RULES", "by_code", "doc", "table"]
 
-# The one list of rules, in code order: the modules of graphcheck/rules/.
+# The one list of rules, in code order: every ``gcNNN_name`` module of this package, so a
+# new rule is one new module.
 RULES: tuple[ModuleType, ...] = tuple(
-    import_module(f"{__name__}.{name}")
-    for name in (
-        "gc101_stage_plan_invalid",
-        "gc102_misplaced_edge_module",
-        "gc201_extra_activation_crosses_cut",
-        "gc202_boundary_not_bf16",
-        "gc203_boundary_not_materialized",
-        "gc204_boundary_not_layer_output",
-        "gc205_parameter_shared_across_stages",
-        "gc206_boundary_not_residual_shape",
-        "gc301_kernel_choice_flipped",
-        "gc302_layer_identity_lost",
-        "gc303_stage_program_differs",
-        "gc401_varlen_metadata_not_consumed",
-        "gc402_positions_fabricated",
-        "gc403_shape_specialized",
-        "gc501_non_bf16_parameter",
-    )
+    import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name)
+    if re.fullmatch(r"gc\d{3}_\w+", info.name)
 )
 
 # The rules that report a stage program differing from the uncut one (GC301, GC303):
