@@ -12,9 +12,9 @@ from harness import ROOT
 from hfcache import cut_map
 
 from graphcheck.errors import ModelLoadError, UsageError
-from graphcheck.kernels import BUILTIN, patched
+from graphcheck.kernels import BUILTIN, check_targets, patched
 from graphcheck.kernels import custom_ops as ops
-from graphcheck.kernels.standins import load_kernels
+from graphcheck.kernels.standins import StandIn, load_kernels
 from graphcheck.model.hf import build_config, hf_factory
 from graphcheck.model.load import build_fake, fake_mode
 
@@ -209,3 +209,61 @@ def test_kernels_file_is_imported_once(tmp_path):
     (module,) = [m for n, m in sys.modules.items() if n.startswith("graphcheck_kernels_") and
                  getattr(m, "__file__", None) == str(file)]  # fmt: skip
     assert module.COUNT == [1]
+
+
+# --- method stand-ins: a per-document loop in Python becomes a custom op ------------------
+
+FRAMEWORK = ROOT / "fixtures/framework.py:per_doc_loop"
+METHOD_KERNELS = str(ROOT / "fixtures/kernels/method_standin.py")
+
+
+def test_method_target_is_patched_in_the_class_and_restored_on_failure():
+    import framework
+    import reference
+
+    model = build_fake(framework.per_doc_loop, fake_mode())
+    stand_ins = (
+        *load_kernels(METHOD_KERNELS),
+        StandIn("ConvLM.forward", print),  # inherited: restored by deleting the override
+        StandIn("DecoderLayer.forward", print),  # one class, seen from two modules
+    )
+    check_targets(model, (*BUILTIN, *stand_ins))  # the built-in ones: absent here, skipped
+    originals = framework.ShortConv.per_document, reference.DecoderLayer.forward
+    with pytest.raises(RuntimeError), patched(model, stand_ins) as names:
+        assert framework.ShortConv.per_document is stand_ins[0].replacement
+        assert [n.split(":")[1] for n in names] == [
+            "ShortConv.per_document", "ConvLM.forward", "DecoderLayer.forward"
+        ]  # fmt: skip
+        raise RuntimeError("the export failed")
+    assert (framework.ShortConv.per_document, reference.DecoderLayer.forward) == originals
+    assert "forward" not in vars(framework.ConvLM)
+
+
+def test_per_document_loop_exports_only_with_the_method_stand_in(cli):
+    code, _, err = cli("verify", FRAMEWORK, "--cuts", "2")
+    assert code == 2 and "torch.export failed" in err
+    code, out, _ = cli("verify", FRAMEWORK, "--cuts", "2", "--kernels", METHOD_KERNELS)
+    assert code == 0 and "diagnostics: none" in out and "verdict: PASS" in out
+
+
+def test_gate_with_the_method_stand_in_gives_equal_bytes(cli):
+    argv = ("--cuts", "2", "--kernels", METHOD_KERNELS, "--docs", "5,7", "--in-process")
+    code, out, _ = cli("gate", FRAMEWORK, *argv)
+    assert code == 0 and "staged vs uncut: EQUAL" in out
+
+
+@pytest.mark.parametrize(
+    ("target", "missing"),
+    [
+        ("ShortConv.nope", "ShortConv has no attribute 'nope'"),
+        ("Nope.per_document", "no module of the model's classes has 'Nope'"),
+        ("torch.nn:Linear.nope", "torch.nn.Linear has no attribute 'nope'"),
+        ("no_such_module:ShortConv.forward", "cannot import module 'no_such_module'"),
+    ],
+)
+def test_unresolved_kernels_target_is_one_line_exit_2(cli, tmp_path, target, missing):
+    file = tmp_path / "kernels.py"
+    file.write_text(f"STAND_INS = {{{target!r}: print}}\n")
+    code, out, err = cli("verify", FRAMEWORK, "--cuts", "2", "--kernels", file)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"kernels target {target!r}: {missing}" in err

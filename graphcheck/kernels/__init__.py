@@ -12,6 +12,14 @@
 from __future__ import annotations
 
 from graphcheck.kernels.attention import ATTENTION, register
-from graphcheck.kernels.standins import BUILTIN, StandIn, load_kernels, patched
+from graphcheck.kernels.standins import BUILTIN, StandIn, check_targets, load_kernels, patched
 
-__all__ = ["ATTENTION", "BUILTIN", "StandIn", "load_kernels", "patched", "register"]
+__all__ = [
+    "ATTENTION",
+    "BUILTIN",
+    "StandIn",
+    "check_targets",
+    "load_kernels",
+    "patched",
+    "register",
+]

@@ -10,8 +10,10 @@ the kernel as one node whose segmentation argument GC401 can follow.
 A stand-in is a target and a replacement. The target is
 ``"package.module:attribute"`` (that module's global is replaced, if the
 module is imported) or a bare ``"attribute"`` (replaced in every module that
-defines one of the model's classes and has that global). Patches are undone
-when the export ends.
+defines one of the model's classes and has that global). The attribute may be a
+method, ``"Class.method"``: the class attribute is replaced, so every instance
+calls the replacement (a function taking ``self``). Patches are undone when the
+export ends, also when it fails.
 
 The built-in stand-ins cover the linear-attention layers of the transformers
 families ``qwen3_next``, ``qwen3_5`` and ``qwen3_5_moe``
@@ -21,7 +23,12 @@ families ``qwen3_next``, ``qwen3_5`` and ``qwen3_5_moe``
 A *kernels file* (``--kernels FILE.py``) adds stand-ins. It must define
 ``STAND_INS``, a dict from target to replacement callable; it may define its
 own ``torch.library`` custom ops (any namespace but ``aten``) for the
-replacements to call. Models that already call custom ops need no stand-in.
+replacements to call. Its targets are *required*: one that does not resolve
+(a module that does not import, a missing class, method or global) is a
+:class:`~graphcheck.errors.ModelLoadError` naming it, raised by
+:func:`check_targets` before the export. The built-in stand-ins target
+transformers modules a given model may not use: they are skipped where absent.
+Models that already call custom ops need no stand-in.
 """
 
 from __future__ import annotations
@@ -36,18 +43,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from graphcheck.errors import ModelLoadError
+from graphcheck.errors import ModelLoadError, one_line
 from graphcheck.kernels import custom_ops as ops
 
-__all__ = ["BUILTIN", "StandIn", "load_kernels", "patched"]
+__all__ = ["BUILTIN", "StandIn", "check_targets", "load_kernels", "patched"]
 
 
 @dataclass(frozen=True)
 class StandIn:
-    """Replace ``target`` (``"module:attr"`` or ``"attr"``) with ``replacement``."""
+    """Replace ``target`` (``"module:attr"``, ``"attr"``, ``"module:Class.method"``,
+    ``"Class.method"``) with ``replacement``. A ``required`` target (a kernels file's)
+    that does not resolve is an error; any other is skipped."""
 
     target: str
     replacement: Callable
+    required: bool = False
 
 
 def chunk_gated_delta_rule(
@@ -140,7 +150,7 @@ def load_kernels(path: str) -> tuple[StandIn, ...]:
         isinstance(k, str) and callable(v) for k, v in table.items()
     ):
         raise ModelLoadError(f"{path} must define STAND_INS, a dict of 'module:attr' -> callable")
-    return tuple(StandIn(target, fn) for target, fn in table.items())
+    return tuple(StandIn(target, fn, required=True) for target, fn in table.items())
 
 
 def _import_once(file: Path):
@@ -163,25 +173,100 @@ def _import_once(file: Path):
 @contextlib.contextmanager
 def patched(model: nn.Module, stand_ins: Sequence[StandIn]) -> Iterator[list[str]]:
     """Apply ``stand_ins`` to the code ``model`` runs; yield the patched
-    ``"module:attr"`` names; restore the originals on exit."""
+    ``"module:attr"`` (``"module:Class.method"``) names; restore the originals on exit.
+
+    Targets that do not resolve are skipped here: a stage module may lack the class a
+    required target names; :func:`check_targets` judges the whole model."""
     saved: list[tuple[object, str, object]] = []
     try:
         for stand_in in stand_ins:
-            for module, attr in _targets(model, stand_in.target):
-                saved.append((module, attr, getattr(module, attr)))
-                setattr(module, attr, stand_in.replacement)
-        yield [f"{m.__name__}:{a}" for m, a, _ in saved]
+            for owner, attr in _resolve(model, stand_in, strict=False):
+                saved.append((owner, attr, getattr(owner, "__dict__", {}).get(attr, _ABSENT)))
+                setattr(owner, attr, stand_in.replacement)
+        yield [_label(owner, attr) for owner, attr, _ in saved]
     finally:
-        for module, attr, original in reversed(saved):
-            setattr(module, attr, original)
+        for owner, attr, original in reversed(saved):
+            if original is _ABSENT:
+                delattr(owner, attr)  # it was inherited or a module's lazy attribute
+            else:
+                setattr(owner, attr, original)
 
 
-def _targets(model: nn.Module, target: str):
-    module_name, sep, attr = target.rpartition(":")
-    names = [module_name] if sep else sorted({type(m).__module__ for m in model.modules()})
-    for name in names:
-        if sep and name.startswith("torch.") and name not in sys.modules:
-            importlib.import_module(name)  # torch's own modules: import to patch them
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, attr):
-            yield module, attr
+def check_targets(model: nn.Module, stand_ins: Sequence[StandIn]) -> None:
+    """Raise :class:`ModelLoadError` for the first required stand-in whose target does
+    not resolve in ``model``, naming the target and what is missing."""
+    for stand_in in stand_ins:
+        if stand_in.required:
+            _resolve(model, stand_in, strict=True)
+
+
+_ABSENT = object()
+
+
+def _resolve(model: nn.Module, stand_in: StandIn, strict: bool) -> list[tuple[object, str]]:
+    """The ``(owner, attribute)`` pairs ``stand_in`` patches: a module and its global, or
+    a class and its method. ``strict``: none is an error."""
+    target = stand_in.target
+    module_name, sep, path = target.rpartition(":")
+    names = path.split(".")
+    if sep:
+        load = stand_in.required or module_name.startswith("torch.")
+        roots = [_import(module_name, target, load, strict)]
+    else:
+        classes = sorted({type(m).__module__ for m in model.modules()})
+        roots = [sys.modules.get(name) for name in classes]
+    found: list[tuple[object, str]] = []
+    missing: list[tuple[int, str]] = []
+    for root in (r for r in roots if r is not None):
+        owner, depth, why = _owner(root, names, root.__name__ if sep else "")
+        if owner is None:
+            missing.append((depth, why))
+        elif not any(o is owner for o, _ in found):  # one class seen from two modules
+            found.append((owner, names[-1]))
+    if strict and not found:
+        raise ModelLoadError(f"kernels target {target!r}: {_missing(sep, path, missing)}")
+    return found
+
+
+def _import(name: str, target: str, load: bool, strict: bool):
+    """Module ``name`` (imported first if ``load``), or ``None``; ``strict``: a module
+    that does not import is an error."""
+    if load and name not in sys.modules:
+        try:
+            importlib.import_module(name)
+        except Exception as err:
+            if strict:
+                raise ModelLoadError(
+                    f"kernels target {target!r}: cannot import module {name!r} ({one_line(err)})"
+                ) from None
+            return None
+    return sys.modules.get(name)
+
+
+def _owner(root: object, names: list[str], label: str) -> tuple[object | None, int, str]:
+    """The object holding ``names[-1]`` under ``root`` (a dotted path), or ``None``,
+    the depth of the first missing name and what is missing (``label`` names ``root``)."""
+    owner = root
+    for depth, name in enumerate(names):
+        if not hasattr(owner, name):
+            return None, depth, f"{label or 'the module'} has no attribute {name!r}"
+        if depth == len(names) - 1:
+            break
+        owner, label = getattr(owner, name), f"{label}.{name}".lstrip(".")
+    return owner, len(names), ""
+
+
+def _missing(qualified: str, path: str, missing: list[tuple[int, str]]) -> str:
+    """What a target that resolves nowhere lacks."""
+    if qualified:
+        return missing[0][1] if missing else "its module is not imported"
+    deeper = [why for depth, why in missing if depth > 0]
+    if deeper:  # the class is there, the method is not
+        return "; ".join(dict.fromkeys(deeper))
+    return f"no module of the model's classes has {path.split('.')[0]!r}"
+
+
+def _label(owner: object, attr: str) -> str:
+    if isinstance(owner, type):
+        return f"{owner.__module__}:{owner.__qualname__}.{attr}"
+    return f"{getattr(owner, '__name__', type(owner).__name__)}:{attr}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from torch import nn
 
 from graphcheck.errors import UsageError
-from graphcheck.kernels import BUILTIN, load_kernels
+from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import build_fake, fake_mode, resolve_factory
@@ -50,6 +50,7 @@ class Session:
             *(load_kernels(kernels) if kernels else ()),
         )
         self.name, self.module = self._build(model)
+        check_targets(self.module, self.stand_ins)  # a kernels file's targets, before export
         self.layout = detect_layout(
             self.module,
             layers,
