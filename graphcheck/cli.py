@@ -2,7 +2,8 @@
 
 Exit status: 0 every cut proven, 1 violations found, 2 could not verify (bad
 arguments, model not found, factory raised, export failed), with one line on
-stderr. ``gate``: 0 bytes equal and documents isolated, 1 either fails, 2 could
+stderr (an export failure adds indented lines below it: the failing line of the
+model, the guard, a hint). ``gate``: 0 bytes equal and documents isolated, 1 either fails, 2 could
 not run (as above, or an op without a CPU implementation).
 """
 
@@ -205,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except GraphcheckError as err:
         print(f"graphcheck: error: {err}", file=sys.stderr)
+        for line in err.detail:
+            print(f"  {line}", file=sys.stderr)
         return 2
     except OSError as err:
         print(f"graphcheck: error: {err}", file=sys.stderr)

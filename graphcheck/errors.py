@@ -3,7 +3,9 @@
 Findings about the user's model are never raised: they are
 :class:`graphcheck.diagnostics.Diagnostic` values, collected in a report. An
 exception means graphcheck could not verify at all; the command line turns
-each one into a single line on stderr and exit status 2.
+each one into a single line on stderr and exit status 2. An :class:`ExportError`
+also carries ``detail`` lines (the failing line of the user's model, the guard,
+a hint), printed indented below that line.
 
 Hierarchy::
 
@@ -27,11 +29,15 @@ __all__ = [
     "ModelLoadError",
     "UsageError",
     "one_line",
+    "reworded",
 ]
 
 
 class GraphcheckError(Exception):
-    """Base class: graphcheck could not verify. ``str(err)`` is one line."""
+    """Base class: graphcheck could not verify. ``str(err)`` is one line; ``detail``
+    is empty but for an :class:`ExportError`."""
+
+    detail: tuple[str, ...] = ()
 
 
 class UsageError(GraphcheckError):
@@ -47,7 +53,13 @@ class LayoutError(GraphcheckError):
 
 
 class ExportError(GraphcheckError):
-    """``torch.export`` failed; the message condenses torch's own error."""
+    """``torch.export`` failed; the message condenses torch's own error to one line,
+    ``detail`` holds the lines that locate it (unindented; a source line under its
+    frame is indented two spaces)."""
+
+    def __init__(self, message: str, detail: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.detail = tuple(detail)
 
 
 class AnalysisError(GraphcheckError):
@@ -57,6 +69,13 @@ class AnalysisError(GraphcheckError):
 class GateError(GraphcheckError):
     """The gate could not run: an op without a CPU implementation, a model that
     raises on real weights."""
+
+
+def reworded(err: GraphcheckError, message: str) -> GraphcheckError:
+    """An error of ``err``'s type with ``message`` and ``err``'s detail."""
+    new = type(err)(message)
+    new.detail = err.detail
+    return new
 
 
 def one_line(err: BaseException) -> str:

@@ -62,7 +62,6 @@ BAD_INPUTS = [
     (["verify", REFERENCE, "--cuts", "99"], "GC101"),
     (["verify", REFERENCE, "--cuts", "5,3"], "GC101"),
     (["verify", REFERENCE, "--stages", "9"], "GC101"),
-    (["verify", spec("violations:export_fails"), "--cuts", "4"], "torch.export failed"),
     (["verify", REFERENCE, "--cuts", "4", "--layers", "model.blocks"], "not found"),
     (["verify", "no-colon", "--cuts", "4"], "model spec"),
     (["verify", REFERENCE], "required"),

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch._dynamo.exc import UserErrorType
 from torch.export import Dim, ExportedProgram
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
+from graphcheck.analysis.export_failure import export_error, is_constraint_violation
 from graphcheck.errors import ExportError
 from graphcheck.model.load import default_dtype
 from graphcheck.varlen import BY_NAME, example_values, model_inputs, stage_inputs
@@ -152,13 +151,6 @@ class _GuardedError(Exception):
     """Export specialised or guarded the symbolic dims; ``__cause__`` says how."""
 
 
-def _is_constraint_violation(err: BaseException) -> bool:
-    if isinstance(err, ConstraintViolationError):
-        return True
-    kind = getattr(err, "error_type", None)
-    return kind is UserErrorType.CONSTRAINT_VIOLATION
-
-
 def _export(model, args, names, strict: bool, auto: bool) -> ExportedProgram:
     shapes = _dynamic_shapes(names, auto)
     try:
@@ -166,13 +158,9 @@ def _export(model, args, names, strict: bool, auto: bool) -> ExportedProgram:
             model, args, dynamic_shapes=tuple(shapes.values()), strict=strict
         )
     except Exception as err:
-        if _is_constraint_violation(err) and not auto:
+        if is_constraint_violation(err) and not auto:
             raise _GuardedError() from err
-        hint = "try --strict" if not strict else "try without --strict"
-        raise ExportError(
-            f"torch.export failed: {_condense(err)} ({hint}, or torch.export.draft_export "
-            "to see every failure)"
-        ) from err
+        raise export_error(err, strict) from err
 
 
 def _condense(err: BaseException) -> str:

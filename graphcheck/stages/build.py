@@ -48,7 +48,7 @@ from torch import nn
 from graphcheck.analysis.export import export_model
 from graphcheck.analysis.program import Program, analyse
 from graphcheck.analysis.regions import GLUE, INPUT, OUTPUT, Region, RegionKind
-from graphcheck.errors import AnalysisError, GraphcheckError, LayoutError, one_line
+from graphcheck.errors import AnalysisError, GraphcheckError, LayoutError, one_line, reworded
 from graphcheck.model.layout import _LAYER_CANDIDATES, Layout, _layer_keys
 from graphcheck.model.load import default_dtype
 from graphcheck.stages.builders import call_builder
@@ -182,7 +182,7 @@ def build_stage(
         exported = export_model(module, mode, strict, stage_input=kind, hidden_size=hidden)
         program = analyse(exported, stage_lay)
     except GraphcheckError as err:
-        raise type(err)(f"stage {index}: {err}") from None
+        raise reworded(err, f"stage {index}: {err}") from None
     container = module.get_submodule(stage_lay.layer_prefix)
     keys, renumbered = _mapping(container, stage_lay.layer_prefix, layers)
     stage = StageProgram(

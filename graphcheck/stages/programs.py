@@ -116,5 +116,6 @@ def _builtin_hint(name: str | None):
         raise ExportError(
             f"{err}; the builtin stage builders ({name}) need a pipeline-aware "
             "model (a stage sets the modules it does not own to None and takes hidden states "
-            "as input_ids): pass --stage-builder file.py:function"
+            "as input_ids): pass --stage-builder file.py:function",
+            err.detail,
         ) from err
