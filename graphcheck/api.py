@@ -14,7 +14,10 @@ flags of the same names):
   allowlist (``*.A_log``, ``*.dt_bias``);
 * ``settings`` - config overrides for ``hf:`` models (``--set``);
 * ``kernels`` - a kernels file of stand-ins (``--kernels``);
-* ``stand_ins`` - ``False`` turns the built-in kernel stand-ins off (``--no-stand-ins``).
+* ``stand_ins`` - ``False`` turns the built-in kernel stand-ins off (``--no-stand-ins``);
+* ``docs``, ``tokens``, ``token_multiple`` - the example batch the export traces
+  (``--docs``, ``--tokens``, ``--token-multiple``): ``docs`` a count of documents or
+  their lengths, ``tokens`` T, and T exported as a multiple of ``token_multiple``.
 
 :func:`verify` also takes ``stage_builder`` (``--stage-builder``): a builtin name
 (``keep-index``, ``moduledict``, ``rebuild``, ``hf-slice``, ``hf-rebuild``),
@@ -100,7 +103,9 @@ class Explorer:
         if self._program is None:
             session = self.session
             with patched(session.module, session.stand_ins):
-                exported = export_model(session.module, session.mode, session.strict)
+                exported = export_model(
+                    session.module, session.mode, session.strict, batch=session.batch
+                )
             self._program = analyse(exported, session.layout)
         return self._program
 
@@ -190,4 +195,5 @@ def _report(name: str, ctx: Context, mode: str, start: float) -> Report:
         export_seconds=program.exported.seconds,
         seconds=time.perf_counter() - start,
         nodes=len(program.graph.nodes),
+        tokens=program.exported.tokens(),
     )  # fmt: skip

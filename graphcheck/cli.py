@@ -68,6 +68,35 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
 
 
+def _batch_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("example batch (what the export traces)")
+    group.add_argument(
+        "--docs",
+        metavar="N|N,N[,N]",
+        help="documents: a count (split over --tokens) or their lengths (default 7,12,10)",
+    )
+    group.add_argument("--tokens", type=int, metavar="T", help="tokens in the batch (T)")
+    group.add_argument(
+        "--token-multiple",
+        type=int,
+        metavar="K",
+        help="export T as a multiple of K: prove for every T that is one",
+    )
+
+
+def _example_docs(text: str | None) -> int | tuple[int, ...] | None:
+    """``--docs``: ``"4"`` a count, ``"30,34"`` (or ``"30,"``) lengths."""
+    if text is None:
+        return None
+    try:
+        parts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        parts = []
+    if not parts:
+        raise UsageError(f"--docs {text!r} is not a count or a comma-separated list of lengths")
+    return parts[0] if "," not in text else tuple(parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphcheck", description="Prove pipeline-parallel cuts of an LLM.")
     parser.add_argument("--version", action="version", version=f"graphcheck {__version__}")
@@ -86,9 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         "hf-slice, hf-rebuild or FILE.py:FN",
     )
     _layout_options(verify)
+    _batch_options(verify)
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
+    _batch_options(cutmap)
     _gate_parser(sub)
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
     rules.add_argument("code", nargs="?", metavar="CODE", help="a rule code, e.g. GC203")
@@ -159,6 +190,9 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     }
     if args.command == "gate":
         return _gate(args, options)
+    options.update(
+        docs=_example_docs(args.docs), tokens=args.tokens, token_multiple=args.token_multiple
+    )
     if args.command == "verify":
         cuts = parse_cuts(args.cuts) if args.cuts is not None else None
         result = api.verify(

@@ -56,6 +56,7 @@ class Report:
     seconds: float = 0.0
     nodes: int = 0
     stage_programs: list[dict] = field(default_factory=list)  # with a stage builder
+    tokens: dict | None = None  # for which T the proof holds (Exported.tokens)
 
     @classmethod
     def of(
@@ -119,6 +120,7 @@ class Report:
             "export_seconds": round(self.export_seconds, 3),
             "seconds": round(self.seconds, 3),
             "nodes": self.nodes,
+            **({"tokens": self.tokens} if self.tokens is not None else {}),
         }
 
 

@@ -16,23 +16,38 @@ builds real values from document lengths. A new input is one row.
 
 ``hidden`` is not a model input: it is the bf16 residual ``[1, T, H]`` a later
 pipeline stage takes in place of ``input_ids`` (:data:`HIDDEN`).
+
+The export traces one example batch (:class:`ExampleBatch`, chosen by
+:func:`example_batch` from ``--docs``, ``--tokens`` and ``--token-multiple``):
+
+>>> example_batch().docs, example_batch(docs=4, tokens=64).docs
+((7, 12, 10), (14, 15, 17, 18))
+>>> example_batch(token_multiple=4)
+ExampleBatch(docs=(11, 12, 13), multiple=4)
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntFlag, StrEnum
 
+from graphcheck.errors import UsageError
+
 __all__ = [
     "BY_NAME",
+    "EXAMPLE_DOCS",
     "HIDDEN",
     "INPUTS",
+    "ExampleBatch",
     "Structure",
     "Taint",
     "VarlenInput",
+    "example_batch",
     "example_values",
     "model_inputs",
+    "split_tokens",
     "stage_inputs",
 ]
 
@@ -164,3 +179,112 @@ _VALUES = {
     Structure.BOUNDARIES: lambda docs, row: _tensor(_bounds(docs), row.dtype),
     Structure.MAX_LENGTH: lambda docs, row: max(docs),
 }
+
+
+# --- the example batch the export traces ---------------------------------------------
+
+EXAMPLE_DOCS = (7, 12, 10)  # T = 29 tokens in N = 3 documents
+_DOCUMENTS = 3  # without --docs: 3 documents (fewer when T is small)
+_TOKENS_PER_DOCUMENT = 10  # without --tokens: T = 10 N - 1 (29 for 3 documents)
+
+
+@dataclass(frozen=True)
+class ExampleBatch:
+    """The document lengths the export traces, and ``multiple``: T is exported as
+    ``multiple * Tk`` (``--token-multiple``), so the proof holds for every T that is a
+    multiple of it (``1``: every T)."""
+
+    docs: tuple[int, ...] = EXAMPLE_DOCS
+    multiple: int = 1
+
+
+def example_batch(
+    docs: int | Sequence[int] | None = None,
+    tokens: int | None = None,
+    token_multiple: int | None = None,
+) -> ExampleBatch:
+    """The example batch for ``docs`` (a count of documents, or their lengths), ``tokens``
+    (T) and ``token_multiple`` (T a multiple of it); raises :class:`UsageError` on a
+    combination that does not make one. A count is split over T as evenly as distinct
+    lengths allow; without ``tokens`` T is ``10 N - 1`` (rounded up to a multiple of
+    ``token_multiple``, an odd number of times it)."""
+    multiple = _positive("--token-multiple", 1 if token_multiple is None else token_multiple)
+    if tokens is not None:
+        _positive("--tokens", tokens)
+    if docs is None and tokens is None and multiple == 1:
+        return ExampleBatch()
+    if docs is not None and not isinstance(docs, int):
+        lengths = _lengths(docs, tokens)
+    else:
+        count = _positive("--docs", docs) if docs is not None else None
+        total = tokens if tokens is not None else _default_tokens(count or _DOCUMENTS, multiple)
+        count = count if count is not None else min(_DOCUMENTS, max(1, total // 4))
+        lengths = split_tokens(total, count)
+    _check_multiple(sum(lengths), multiple)
+    return ExampleBatch(lengths, multiple)
+
+
+def _positive(flag: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{flag} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _lengths(docs: Sequence[int], tokens: int | None) -> tuple[int, ...]:
+    lengths = tuple(docs)
+    if not lengths or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths):
+        raise UsageError(f"--docs must be a count or a list of lengths, got {list(lengths)}")
+    if min(lengths) < 1:
+        raise UsageError(f"--docs: every document needs at least one token, got {list(lengths)}")
+    if tokens is not None and sum(lengths) != tokens:
+        raise UsageError(
+            f"--docs {','.join(map(str, lengths))} holds {sum(lengths)} tokens, not --tokens "
+            f"{tokens}: give one of them, or lengths that add up to it"
+        )
+    if max(lengths) < 2:
+        raise UsageError("--docs: the longest document needs 2 tokens (1 would specialise)")
+    return lengths
+
+
+def _check_multiple(tokens: int, multiple: int) -> None:
+    if tokens % multiple:
+        raise UsageError(
+            f"the example batch holds {tokens} tokens, not a multiple of --token-multiple "
+            f"{multiple}: choose --tokens or --docs to match"
+        )
+    if multiple > 1 and tokens < 2 * multiple:
+        raise UsageError(
+            f"--token-multiple {multiple} needs at least {2 * multiple} tokens "
+            f"(T / {multiple} = 1 would specialise), got {tokens}"
+        )
+
+
+def _default_tokens(count: int, multiple: int) -> int:
+    tokens = _TOKENS_PER_DOCUMENT * count - 1
+    if multiple == 1:
+        return tokens
+    times = max(2, -(-tokens // multiple))
+    return multiple * (times + 1 - times % 2)  # an odd number of times: not a power of two
+
+
+def split_tokens(tokens: int, count: int) -> tuple[int, ...]:
+    """``tokens`` over ``count`` documents of at least 2 tokens: distinct lengths around
+    the mean, else as even as possible.
+
+    >>> split_tokens(64, 4), split_tokens(29, 3), split_tokens(8, 4)
+    ((14, 15, 17, 18), (8, 10, 11), (2, 2, 2, 2))
+    """
+    if tokens < 2 * count:
+        plural = "s" if count > 1 else ""
+        raise UsageError(
+            f"--tokens {tokens} cannot hold {count} document{plural} of 2 tokens or more"
+        )
+    if count == 1:
+        return (tokens,)
+    base, extra = divmod(tokens, count)
+    half = count // 2
+    offsets = [i - half + (count % 2 == 0 and i >= half) for i in range(count)]
+    lengths = [base + o + (i >= count - extra) for i, o in enumerate(offsets)]
+    if lengths[0] < 2:
+        lengths = [base + (i >= count - extra) for i in range(count)]
+    return tuple(lengths)

@@ -8,6 +8,12 @@ widths. Only the inputs ``forward`` accepts are passed; a ``**kwargs``
 forward is wrapped with explicit arguments, since torch rejects
 ``dynamic_shapes`` on ``**kwargs``.
 
+The example batch is an :class:`~graphcheck.varlen.ExampleBatch` (``--docs``,
+``--tokens``; by default 29 tokens in 3 documents). With ``--token-multiple K`` T is
+exported as ``K * Tk`` (a derived dim, ``Dim("Tk", min=1) * K``): a model that needs
+``T % K == 0`` (tokens viewed in groups of K) exports for every multiple of K, and
+the input dims read ``K*s0``, named ``T`` (``s0`` is ``T/K``).
+
 If export specialises or guards T or N the proof would hold for some lengths
 only, so the export is retried with automatic dims and the guard is recorded
 in :attr:`Exported.guards` (reported as GC403).
@@ -27,18 +33,25 @@ import re
 import time
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from graphcheck.analysis.export_failure import export_error, is_constraint_violation
+from graphcheck.analysis.token_multiple import multiple_of, undeclared
 from graphcheck.errors import ExportError
 from graphcheck.model.load import default_dtype
-from graphcheck.varlen import BY_NAME, example_values, model_inputs, stage_inputs
+from graphcheck.varlen import (
+    BY_NAME,
+    EXAMPLE_DOCS,
+    ExampleBatch,
+    example_values,
+    model_inputs,
+    stage_inputs,
+)
 
 __all__ = ["EXAMPLE_DOCS", "Exported", "accepted_inputs", "example_inputs", "export_model"]
-
-EXAMPLE_DOCS = (7, 12, 10)  # T = 29 tokens in N = 3 documents
 
 
 @dataclass
@@ -50,24 +63,45 @@ class Exported:
     seconds: float
     symbols: dict[str, str] = field(default_factory=dict)  # sympy name -> readable name
     guards: list[str] = field(default_factory=list)
+    batch: ExampleBatch = field(default_factory=ExampleBatch)  # the example it traced
+
+    def tokens(self) -> dict:
+        """For which T the program holds, for reports: T a multiple of ``multiple_of``,
+        at least ``min`` (``None``: T is not symbolic), and the example's lengths."""
+        return {
+            "symbol": "T",
+            "multiple_of": self.batch.multiple,
+            "min": _lowest_tokens(self),
+            "example": list(self.batch.docs),
+        }
 
 
-def example_inputs(names: tuple[str, ...], hidden_size: int = 0) -> dict[str, object]:
-    """Example values (under the active fake mode) for the accepted varlen inputs.
+def example_inputs(
+    names: tuple[str, ...], hidden_size: int = 0, docs: tuple[int, ...] = EXAMPLE_DOCS
+) -> dict[str, object]:
+    """Example values (under the active fake mode) for the accepted varlen inputs, for
+    documents of lengths ``docs``.
 
     ``hidden`` is the bf16 residual ``[1, T, hidden_size]`` a later pipeline stage
     takes in place of ``input_ids``."""
-    return example_values(EXAMPLE_DOCS, names, hidden_size)
+    return example_values(docs, names, hidden_size)
 
 
-def _dynamic_shapes(names: tuple[str, ...], auto: bool) -> dict[str, object]:
+def _dim(name: str, multiple: int):
+    """The symbolic dim ``name``; T as ``multiple * Tk`` when ``multiple`` > 1."""
+    if name == "T" and multiple > 1:
+        return Dim("Tk", min=1) * multiple
+    return Dim(name, min=2)
+
+
+def _dynamic_shapes(names: tuple[str, ...], auto: bool, multiple: int = 1) -> dict[str, object]:
     """Every varlen dim symbolic (``T``, ``N1``, the max lengths), or automatic."""
     dims: dict[str, object] = {}
     spec: dict[str, object] = {}
     for name in names:
         row = BY_NAME[name]
-        if row.dim_name is not None and not auto:
-            dims.setdefault(row.dim_name, Dim(row.dim_name, min=2))
+        if row.dim_name is not None and not auto and row.dim_name not in dims:
+            dims[row.dim_name] = _dim(row.dim_name, multiple)
         dim = Dim.AUTO if auto else dims.get(row.dim_name, Dim.DYNAMIC)
         spec[name] = dim if row.dim is None else {row.dim: dim}
     return spec
@@ -101,8 +135,10 @@ def export_model(
     *,
     stage_input: str | None = None,
     hidden_size: int = 0,
+    batch: ExampleBatch | None = None,
 ) -> Exported:
-    """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs.
+    """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs, traced
+    on ``batch`` (default: 29 tokens in 3 documents, T any length).
 
     With ``stage_input`` (``"input_ids"`` or ``"hidden"``) the model is a pipeline
     stage module, called positionally as ``forward(x, position_ids, cu_seq_lens_q,
@@ -111,11 +147,15 @@ def export_model(
         names, wrap = accepted_inputs(model)
     else:
         names, wrap = stage_inputs(stage_input), False
+    batch = batch or ExampleBatch()
     start = time.perf_counter()
     with _forward_over(model, names if wrap else None):
-        program, guards = _export_guarded(model, mode, names, strict, hidden_size)
+        arguments = dict(zip(inspect.signature(model.forward).parameters, names, strict=False))
+        program, guards = _export_guarded(model, mode, names, strict, hidden_size, batch)
+    if batch.multiple > 1:
+        guards += _derived_guards(program, arguments, batch.multiple)
     seconds = time.perf_counter() - start
-    exported = Exported(program, names, seconds, guards=guards)
+    exported = Exported(program, names, seconds, guards=guards, batch=batch)
     exported.symbols = _symbol_names(exported)
     return exported
 
@@ -134,25 +174,36 @@ def _forward_over(model: nn.Module, names: tuple[str, ...] | None):
         del model.forward
 
 
-def _export_guarded(model, mode, names, strict: bool, hidden_size: int):
+def _export_guarded(model, mode, names, strict: bool, hidden_size: int, batch: ExampleBatch):
     """The export with every dim symbolic; when that guards or specialises, the export
     with automatic dims and the guard it hit (GC403 reads it)."""
     guards: list[str] = []
     with mode, default_dtype(torch.float32), torch.no_grad():
-        args = tuple(example_inputs(names, hidden_size).values())
+        args = tuple(example_inputs(names, hidden_size, batch.docs).values())
         try:
-            return _export(model, args, names, strict, auto=False), guards
+            return _export(model, args, names, strict, batch.multiple), guards
         except _GuardedError as err:
             guards.append(_condense(err.__cause__))
-            return _export(model, args, names, strict, auto=True), guards
+            return _export(model, args, names, strict, None), guards
+
+
+def _derived_guards(program: ExportedProgram, inputs: dict[str, str], multiple: int):
+    """The guards on T that export kept without raising (T exported as a multiple: see
+    :mod:`graphcheck.analysis.token_multiple`)."""
+    kept = getattr(program, "_guards_code", None)
+    if kept is None:
+        return ["the export's guards on T cannot be read (no ExportedProgram._guards_code)"]
+    return [f"{g} (beyond T a multiple of {multiple})" for g in undeclared(kept, inputs, multiple)]
 
 
 class _GuardedError(Exception):
     """Export specialised or guarded the symbolic dims; ``__cause__`` says how."""
 
 
-def _export(model, args, names, strict: bool, auto: bool) -> ExportedProgram:
-    shapes = _dynamic_shapes(names, auto)
+def _export(model, args, names, strict: bool, multiple: int | None) -> ExportedProgram:
+    """The export with T a multiple of ``multiple``, or with automatic dims (``None``)."""
+    auto = multiple is None
+    shapes = _dynamic_shapes(names, auto, multiple or 1)
     try:
         return torch.export.export(
             model, args, dynamic_shapes=tuple(shapes.values()), strict=strict
@@ -174,16 +225,38 @@ def _condense(err: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+def _lowest_tokens(exported: Exported) -> int | None:
+    """The smallest T the range constraints of the program allow."""
+    ranges = {str(sym): bounds for sym, bounds in exported.program.range_constraints.items()}
+    multiple = exported.batch.multiple
+    for sym, name in exported.symbols.items():
+        if name == "T":
+            expr = sympy.sympify(sym)
+            root = expr if expr.is_Symbol else multiple_of(expr, multiple)
+            bounds = ranges.get(str(root))
+            if bounds is not None:
+                return int(bounds.lower) * (1 if expr.is_Symbol else multiple)
+    return None
+
+
 def _symbol_names(exported: Exported) -> dict[str, str]:
-    """Readable names for the symbols of the input dims: T, N+1, max_length_q."""
+    """Readable names for the symbols of the input dims: T, N+1, max_length_q; with
+    ``--token-multiple K``, T's ``K*s0`` is ``T`` and ``s0`` is ``T/K``."""
     names: dict[str, str] = {}
     nodes = {n.name: n for n in exported.program.graph.nodes if n.op == "placeholder"}
     user = exported.program.graph_signature.user_inputs
+    multiple = exported.batch.multiple
     for name, arg in zip(exported.inputs, user, strict=False):
         val = nodes[arg].meta.get("val")
         dims = (val,) if isinstance(val, torch.SymInt) else getattr(val, "shape", ())
+        symbol = BY_NAME[name].symbol
         for dim in dims:
             expr = getattr(getattr(dim, "node", None), "expr", None)
             if expr is not None and getattr(expr, "is_Symbol", False):
-                names.setdefault(str(expr), BY_NAME[name].symbol)
+                names.setdefault(str(expr), symbol)
+            elif expr is not None and multiple > 1 and symbol == "T":
+                root = multiple_of(expr, multiple)
+                if root is not None:
+                    names.setdefault(str(expr), symbol)
+                    names.setdefault(str(root), f"{symbol}/{multiple}")
     return names

@@ -44,6 +44,7 @@ __all__ = [
     "moved_pairs",
     "carry",
     "has_tokens",
+    "is_length",
     "is_one",
     "meta_toks",
     "ndim_of",
@@ -57,6 +58,7 @@ __all__ = [
     "Kind",
     "Pair",
     "Tok",
+    "Tokens",
     "Val",
     "join_dep",
     "unknown",
@@ -229,6 +231,24 @@ def symbols(size) -> set[str]:
     return {str(s) for s in getattr(expr, "free_symbols", ())}
 
 
+class Tokens(frozenset):
+    """The names of the symbols the packed length T is built from (``symbols(size) &
+    tokens``: the size involves T) and ``length``, T's own expressions: ``s0``, or
+    ``4*s0`` when T is exported as a multiple of 4 (``s0`` is then T/4, not T)."""
+
+    length: frozenset[str]
+
+    def __new__(cls, names, length=None) -> Tokens:
+        self = super().__new__(cls, names)
+        self.length = frozenset(self if length is None else length)
+        return self
+
+
+def is_length(size, tokens: set[str]) -> bool:
+    """``size`` is the packed length T itself."""
+    return str(_expr(size)) in getattr(tokens, "length", tokens)
+
+
 def meta_toks(val, tokens: set[str]) -> tuple[Tok | None, ...]:
     """Token dimensions read from a recorded shape: sizes that involve T."""
     if not isinstance(val, torch.Tensor):
@@ -239,7 +259,7 @@ def meta_toks(val, tokens: set[str]) -> tuple[Tok | None, ...]:
         if not syms & tokens:
             toks.append(None)
         else:
-            exact = len(syms) == 1 and str(_expr(size)) in tokens
+            exact = len(syms) == 1 and is_length(size, tokens)
             toks.append(Tok("T", 1 if exact else None))
     return tuple(toks)
 

@@ -27,6 +27,7 @@ from graphcheck.analysis.locality import (
     align,
     bind,
     carry,
+    is_length,
     is_one,
     meta_toks,
     moved_pairs,
@@ -69,7 +70,7 @@ def scalar_tensor(interp: Interp, node: torch.fx.Node) -> Val:
     [T]])``, an absolute quantity anywhere else)."""
     arg = node.args[0] if node.args else None
     size = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-    if isinstance(size, torch.SymInt) and str(size.node.expr) in interp.tokens:
+    if isinstance(size, torch.SymInt) and is_length(size, interp.tokens):
         origin = interp.fabricate(node, "the packed length T used as a value")
         return Val((), kind=Kind.LENGTH, extra="T", absolute=origin)
     return factory(interp, node)
@@ -478,13 +479,16 @@ def _map_group(src: Val, before, after, ins, outs, toks, mapping) -> None:
         q = tok.inner * inner if isinstance(tok.inner, int) and isinstance(inner, int) else None
         _split(tok.axis, q, [after[d] for d in outs], outs, toks)
         return
+    merged = _merged(src, before, ins) if len(outs) == 1 else None
     for d in outs:
-        toks[d] = Tok(tokens[0].axis, None)
+        toks[d] = merged or Tok(tokens[0].axis, None)
 
 
 def _split(axis: str, q: int | None, sizes, outs, toks) -> None:
     """Elements per token ``q`` over the output dims ``outs`` of one group: a dim whose
-    steps stay within one token's elements is not a token dim."""
+    steps stay within one token's elements is not a token dim. A token dim split over
+    several dims (``[T] -> [T // 4, 4]``) tags them ``T@0/2``, ``T@1/2`` (outer to
+    inner): they line up only with the same split, and merge back into ``T``."""
     suffix = sympy.Integer(1)
     for size, d in zip(reversed(sizes), reversed(outs), strict=True):
         step, suffix = suffix, suffix * _sym(size)
@@ -497,6 +501,27 @@ def _split(axis: str, q: int | None, sizes, outs, toks) -> None:
             continue
         step = int(step)
         toks[d] = Tok(axis, q // step if step < q and q % step == 0 else 1)
+    parts = [d for d in outs if toks[d] is not None]
+    if q is not None and len(parts) > 1:
+        for i, d in enumerate(parts):
+            toks[d] = Tok(f"{axis}@{i}/{len(parts)}", toks[d].inner)
+
+
+def _merged(src: Val, before, ins) -> Tok | None:
+    """The token dim that every part of one split (``T@0/2``, ``T@1/2``), in order and
+    followed by feature dims only, merges back into; ``None`` for any other merge."""
+    dims = [d for d in ins if src.toks[d] is not None or _sym(before[d]) != 1]
+    parts = [src.toks[d] for d in dims if src.toks[d] is not None]
+    if any(src.toks[d] is None for d in dims[: len(parts)]):
+        return None  # a feature dim before a token part
+    axis = parts[0].axis.rpartition("@")[0]
+    expected = [f"{axis}@{i}/{len(parts)}" for i in range(len(parts))]
+    if not axis or [p.axis for p in parts] != expected:
+        return None
+    if any(p.inner != 1 for p in parts[:-1]) or not isinstance(parts[-1].inner, int):
+        return None
+    features = _prod(before[d] for d in dims[len(parts) :])
+    return Tok(axis, parts[-1].inner * features if features is not None else None)
 
 
 def _prod(values) -> int | None:

@@ -6,12 +6,15 @@ link mutations → place nodes); everything downstream reads the :class:`Program
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 import torch.fx
 
 from graphcheck.analysis.export import Exported
+from graphcheck.analysis.locality import Tokens
 from graphcheck.analysis.passes.assign_regions_pass import AssignRegionsPass
 from graphcheck.analysis.passes.link_mutations_pass import LinkMutationsPass
 from graphcheck.analysis.passes.place_nodes_pass import PlaceNodesPass
@@ -107,9 +110,11 @@ class Program:
         return [self.readable(d) for d in val.shape]
 
     def readable(self, value) -> str:
+        """``value`` with the input symbols named (``s0`` as ``T``); a name replaces
+        whole symbols and products only (not the ``4*s0`` in ``14*s0``)."""
         text = str(value)
         for sym, name in sorted(self.exported.symbols.items(), key=lambda kv: -len(kv[0])):
-            text = text.replace(sym, name)
+            text = re.sub(rf"(?<![\w.]){re.escape(sym)}(?![\w.])", lambda _, n=name: n, text)
         return text
 
     def dtype(self, node: torch.fx.Node) -> str | None:
@@ -125,7 +130,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
     user = dict(zip(exported.program.graph_signature.user_inputs, exported.inputs, strict=False))
     taint = PropagateTaintPass(regions.region, user)
     taint.run(graph)
-    tokens = {sym for sym, name in exported.symbols.items() if name == "T"}
+    tokens = _tokens(exported)
     locality = PropagateLocalityPass(exported.program.graph_module, user, tokens)
     locality.run(graph)
     mutations = LinkMutationsPass(regions.region, taint.role)
@@ -152,6 +157,14 @@ def analyse(exported: Exported, layout: Layout) -> Program:
     )
     _check_layers_seen(program)
     return program
+
+
+def _tokens(exported: Exported) -> Tokens:
+    """The packed length T for the locality pass: its expressions (``s0``; ``4*s0``
+    under ``--token-multiple 4``) and the symbols they are built from."""
+    length = {sym for sym, name in exported.symbols.items() if name == "T"}
+    roots = {str(s) for sym in length for s in sympy.sympify(sym).free_symbols}
+    return Tokens(roots, length)
 
 
 def _check_layers_seen(program: Program) -> None:

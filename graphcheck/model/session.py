@@ -18,6 +18,7 @@ from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import build_fake, fake_mode, resolve_factory
+from graphcheck.varlen import example_batch
 
 __all__ = ["ModelArg", "Session", "portable"]
 
@@ -26,7 +27,8 @@ ModelArg = str | Callable[[], nn.Module] | nn.Module
 
 class Session:
     """``model`` (a spec, a factory or a module) built on fake weights, its layout and
-    the options every later build repeats (strict export, ``--set``, kernels)."""
+    the options every later build repeats (strict export, ``--set``, kernels, the
+    example batch of ``docs``, ``tokens`` and ``token_multiple``)."""
 
     def __init__(
         self,
@@ -39,7 +41,11 @@ class Session:
         settings: Mapping[str, object] | None = None,
         kernels: str | None = None,
         stand_ins: bool = True,
+        docs: int | Sequence[int] | None = None,
+        tokens: int | None = None,
+        token_multiple: int | None = None,
     ) -> None:
+        self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
         self.mode = fake_mode()
         self.strict = strict
         self.settings = dict(settings or {})

@@ -31,11 +31,23 @@ def render(result: Report | GateReport) -> str:
 
 
 def _header(report: Report) -> list[str]:
-    return [
+    lines = [
         f"graphcheck {__version__} · {report.model} · {report.num_layers} layers · "
         f"{report.nodes} nodes · export {report.export_seconds:.1f} s · "
         f"total {report.seconds:.1f} s"
     ]
+    return lines + ([_tokens_line(report.tokens)] if report.tokens else [])
+
+
+def _tokens_line(tokens: dict) -> str:
+    """For which T the proof holds, and the example batch it was traced on."""
+    least = f" ≥ {tokens['min']}" if tokens.get("min") is not None else ""
+    multiple = tokens["multiple_of"]
+    which = f" that is a multiple of {multiple}" if multiple > 1 else ""
+    docs = tokens["example"]
+    documents = f"{len(docs)} document{'s' if len(docs) > 1 else ''}"
+    lengths = ", ".join(map(str, docs))
+    return f"  for every T{least}{which} (traced on {sum(docs)} tokens in {documents}: {lengths})"
 
 
 def _stage_line(stage: Stage) -> str:

@@ -5,6 +5,10 @@ What it checks
     the max lengths: no input dim became a constant, and export added no guard
     on them (``T % 64 == 0``, ``T >= 17``, a runtime assert).
 
+    With ``--token-multiple K`` T is declared a multiple of K: the guard
+    ``T % K == 0`` (and what it implies) is not a finding, an input dim of
+    ``K*Tk`` is not a guarded expression; any other guard on T still is.
+
     Data-dependent sizes are not specialisation. ``torch.where``/``nonzero``
     (MoE dispatch, ``cu_seqlens`` derived from ``position_ids == 0``) and
     ``.item()`` create *unbacked* sizes ``u0, u1, ...``, and export asserts their
@@ -38,6 +42,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import int_oo
 
+from graphcheck.analysis.token_multiple import multiple_of
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.varlen import BY_NAME
 
@@ -108,6 +113,14 @@ def _diag(message: str, node=None) -> Diagnostic:
     return Diagnostic.at(CODE, NAME, message, node=node)
 
 
+def _declared(program, name: str, expr):
+    """``Tk`` when ``expr`` is ``K*Tk``, T declared a multiple of K; else ``expr``."""
+    multiple = program.exported.batch.multiple
+    row = BY_NAME.get(name)
+    root = multiple_of(expr, multiple) if multiple > 1 and row and row.dim_name == "T" else None
+    return expr if root is None else root
+
+
 def _specialised(program, name: str, node) -> str | None:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
@@ -118,7 +131,7 @@ def _specialised(program, name: str, node) -> str | None:
         return None
     if not isinstance(size, (torch.SymInt, torch.SymFloat)):
         return f"{name} was specialised to the constant {size}"
-    expr = size.node.expr
+    expr = _declared(program, name, size.node.expr)
     if not isinstance(expr, sympy.Symbol):
         return f"{name} became {program.readable(expr)}, a guarded expression"
     bounds = program.exported.program.range_constraints.get(expr)

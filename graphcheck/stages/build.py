@@ -63,6 +63,7 @@ from graphcheck.stages.fingerprint import (
     part_of,
     record,
 )
+from graphcheck.varlen import ExampleBatch
 
 __all__ = [
     "StageProgram",
@@ -107,6 +108,7 @@ class StageRequest:
     settings: tuple[tuple[str, object], ...] = ()
     kernels: str | None = None
     stand_ins: bool = True
+    batch: ExampleBatch = field(default_factory=ExampleBatch)  # the uncut export's example
 
 
 def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict, bool]:
@@ -158,7 +160,7 @@ def _build_fresh(request: StageRequest) -> StageProgram:
     with patched(model, stand_ins):
         return build_stage(
             model, request.layout, builder, mode, request.index, list(request.layers),
-            request.num_stages, request.hidden, request.strict, request.builder,
+            request.num_stages, request.hidden, request.strict, request.builder, request.batch,
         )  # fmt: skip
 
 
@@ -173,13 +175,17 @@ def build_stage(
     hidden: int,
     strict: bool = False,
     name: str | None = None,
+    batch: ExampleBatch | None = None,
 ) -> StageProgram:
-    """Build stage ``index`` with ``builder``, export it, analyse it and summarise it."""
+    """Build stage ``index`` with ``builder``, export it on the uncut export's example
+    ``batch``, analyse it and summarise it."""
     module = _call_builder(builder, model, mode, index, layers, num_stages, name)
     stage_lay, rename = stage_layout(module, layout, layers, model)
     kind = "input_ids" if index == 0 else "hidden"
     try:
-        exported = export_model(module, mode, strict, stage_input=kind, hidden_size=hidden)
+        exported = export_model(
+            module, mode, strict, stage_input=kind, hidden_size=hidden, batch=batch
+        )
         program = analyse(exported, stage_lay)
     except GraphcheckError as err:
         raise reworded(err, f"stage {index}: {err}") from None

@@ -75,6 +75,7 @@ def _fresh_stages(session: Session, builder: str, spans: list[list[int]], widths
             tuple(session.settings.items()),
             kernels,
             session.use_stand_ins,
+            session.batch,
         )
         for index, layers in enumerate(spans)
     ]
@@ -100,6 +101,7 @@ def _local_stages(session: Session, builder, name: str | None, spans, widths):
                     widths[index],
                     session.strict,
                     name,
+                    session.batch,
                 )
             )
     return stages
