@@ -69,8 +69,9 @@ def test_a_batch_that_does_not_add_up_is_one_line_before_building(cli, flags):
 
 class _Grouped(nn.Module):
     """Two layers whose work runs on tokens grouped by 4 (``[1, T // 4, 4, 8]``): token-wise
-    (``grouped``), or a guard on ``T % 8`` (``guard8``), a transpose of the groups
-    before merging them back (``transposed``), a mean over each group (``mean``)."""
+    (``grouped``), or a guard on ``T % 8`` (``guard8``), groups of 8 (``group8``), a
+    transpose of the groups before merging them back (``transposed``), a mean over each
+    group (``mean``)."""
 
     def __init__(self, how: str) -> None:
         super().__init__()
@@ -83,12 +84,13 @@ class _Grouped(nn.Module):
     def forward(self, input_ids, position_ids):
         h = self.embed_tokens(input_ids)
         t = h.shape[1]
+        size = 8 if self.how == "group8" else 4
         for layer in self.layers:
-            g = layer(h.view(1, t // 4, 4, 8))
+            g = layer(h.view(1, t // size, size, 8))
             if self.how == "transposed":
                 g = g.transpose(1, 2)
             elif self.how == "mean":
-                g = g.mean(2, keepdim=True).expand(1, t // 4, 4, 8)
+                g = g.mean(2, keepdim=True).expand(1, t // size, size, 8)
             h = h + g.reshape(1, t, 8)
         if self.how == "guard8" and t % 8 == 0:
             h = h * 2
@@ -97,14 +99,23 @@ class _Grouped(nn.Module):
 
 @pytest.mark.parametrize(
     ("how", "codes"),
-    [("grouped", set()), ("guard8", {"GC403"}), ("transposed", {"GC401"}), ("mean", {"GC401"})],
+    [
+        ("grouped", set()),
+        ("guard8", {"GC403"}),
+        ("group8", {"GC401", "GC403"}),  # GC401: T // 8 is not a split of 4 * Tk it can read
+        ("transposed", {"GC401"}),
+        ("mean", {"GC401"}),
+    ],
 )
 def test_only_the_declared_multiple_is_assumed(how, codes):
-    report = verify(lambda: _Grouped(how), cuts=[1], token_multiple=4)
+    report = verify(lambda: _Grouped(how), cuts=[1], tokens=32, token_multiple=4)
     assert report.codes == codes
+    guards = [d.message for d in report.errors if d.code == "GC403"]
+    if how.endswith("8"):
+        (message,) = guards
+        assert "(beyond T a multiple of 4)" in message
     if how == "guard8":
-        (finding,) = report.errors
-        assert "(T % 8) != 0 (beyond T a multiple of 4)" in finding.message
+        assert "(T % 8) == 0" in message
 
 
 def test_the_example_batch_is_exported():

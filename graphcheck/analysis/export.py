@@ -188,12 +188,13 @@ def _export_guarded(model, mode, names, strict: bool, hidden_size: int, batch: E
 
 
 def _derived_guards(program: ExportedProgram, inputs: dict[str, str], multiple: int):
-    """The guards on T that export kept without raising (T exported as a multiple: see
-    :mod:`graphcheck.analysis.token_multiple`)."""
+    """The first guard on T that export kept without raising (T exported as a multiple:
+    see :mod:`graphcheck.analysis.token_multiple`), as a list."""
     kept = getattr(program, "_guards_code", None)
     if kept is None:
         return ["the export's guards on T cannot be read (no ExportedProgram._guards_code)"]
-    return [f"{g} (beyond T a multiple of {multiple})" for g in undeclared(kept, inputs, multiple)]
+    first = next(undeclared(kept, inputs, multiple), None)
+    return [] if first is None else [f"{first} (beyond T a multiple of {multiple})"]
 
 
 class _GuardedError(Exception):
