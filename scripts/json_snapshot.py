@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = (
     "reference", "violations", "adversarial", "soundness_dataflow", "gate_state",
-    "locality", "build_state",
+    "locality", "build_state", "batch_shapes", "framework",
 )  # fmt: skip
 SKIP = {"llama8b_shape"}
 FAMILIES = (
