@@ -71,13 +71,15 @@ class _Grouped(nn.Module):
     """Two layers whose work runs on tokens grouped by 4 (``[1, T // 4, 4, 8]``): token-wise
     (``grouped``), or a guard on ``T % 8`` (``guard8``), groups of 8 (``group8``), a
     transpose of the groups before merging them back (``transposed``), a mean over each
-    group (``mean``)."""
+    group (``mean``), a linear map over each group's merged features (``merged``: four
+    tokens, maybe of two documents, mixed), a shift of the groups (``rolled``)."""
 
     def __init__(self, how: str) -> None:
         super().__init__()
         self.how = how
         self.embed_tokens = nn.Embedding(16, 8)
         self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+        self.merge = nn.Linear(32, 32)
         self.norm = nn.LayerNorm(8)
         self.lm_head = nn.Linear(8, 16)
 
@@ -91,6 +93,10 @@ class _Grouped(nn.Module):
                 g = g.transpose(1, 2)
             elif self.how == "mean":
                 g = g.mean(2, keepdim=True).expand(1, t // size, size, 8)
+            elif self.how == "merged":
+                g = self.merge(g.reshape(1, t // size, size * 8))
+            elif self.how == "rolled":
+                g = g.roll(1, 1)
             h = h + g.reshape(1, t, 8)
         if self.how == "guard8" and t % 8 == 0:
             h = h * 2
@@ -105,6 +111,8 @@ class _Grouped(nn.Module):
         ("group8", {"GC401", "GC403"}),  # GC401: T // 8 is not a split of 4 * Tk it can read
         ("transposed", {"GC401"}),
         ("mean", {"GC401"}),
+        ("merged", {"GC401", "GC205"}),  # GC205: one merge weight serves both layers
+        ("rolled", {"GC401"}),
     ],
 )
 def test_only_the_declared_multiple_is_assumed(how, codes):
