@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 import warnings
 
@@ -224,13 +225,42 @@ def _quiet():
             logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _prints_to_stderr():
+    """What the model code prints while it is built, exported or run goes to stderr
+    (Python's ``print`` and anything written to file descriptor 1, child processes
+    included): stdout carries the report alone, so ``--format json`` stays parseable."""
+    sys.stdout.flush()
+    saved = _dup_stdout()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _dup_stdout() -> int | None:
+    """File descriptor 1 pointed at stderr; a copy of the original (``None`` when there is
+    no descriptor 1 to move)."""
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    sys.stderr.flush()
+    os.dup2(2, 1)
+    return saved
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "rules":
             sys.stdout.write(_rules(args.code))
             return 0
-        with _quiet():
+        with _prints_to_stderr(), _quiet():
             rendered, code = _run(args)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:

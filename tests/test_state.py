@@ -3,6 +3,7 @@ builder that raises is one line and exit 2 on every path."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -117,3 +118,33 @@ def test_api_allow_fp32_adds_to_the_default_allowlist():
     assert report.verdict == "pass", report.codes
     report = graphcheck.verify(spec("violations:fp32_param"), [4], allow_fp32=["*.A_log"])
     assert "GC501" in report.codes  # a name outside the allowlist still fails
+
+
+CHATTY = """
+import sys
+sys.path.insert(0, {fixtures!r})
+from reference import CausalLM, Config
+
+class Chatty(CausalLM):
+    def forward(
+        self, input_ids, position_ids, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k
+    ):
+        print("tracing the chatty model")
+        varlen = (cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k)
+        return super().forward(input_ids, position_ids, *varlen)
+
+def chatty():
+    print("building the chatty model")
+    return Chatty(Config(num_hidden_layers=2))
+"""
+
+
+def test_what_the_model_prints_goes_to_stderr_not_into_the_json(cli, tmp_path):
+    from harness import ROOT
+
+    path = tmp_path / "chatty.py"
+    path.write_text(CHATTY.format(fixtures=str(ROOT / "fixtures")))
+    code, out, err = cli("verify", f"{path}:chatty", "--cuts", "1", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["verdict"] == "pass"
+    assert "building the chatty model" in err and "tracing the chatty model" in err
