@@ -5,9 +5,10 @@ live range spans (an edge ``u -> w`` can cross boundary ``k`` when
 ``earliest(u) < k <= latest(w)``). For a boundary the proof then solves a small
 minimum vertex cut over its bucket alone: layer and edge-module nodes pinned
 to their side, glue free to run on either side, each value costing one unit
-(a hair more when it is not bf16 or is a view, so a bf16 value wins among
-equally small cuts). The cut is the set of values the wire must carry under
-the best placement of the glue.
+(a hair more when it is not bf16, is a view or is not the boundary state the
+model declares, so among equally small cuts the declared state, else a bf16
+value, wins). The cut is the set of values the wire must carry under the best
+placement of the glue.
 
 Replicated side inputs, shared parameters and symbolic sizes that the right
 side reads are listed too: they are part of what a reviewer wants to see.
@@ -106,11 +107,17 @@ def _readers(program: Program, node: torch.fx.Node) -> list[torch.fx.Node]:
     return [*node.users, *linked]
 
 
-def _weight(node: torch.fx.Node) -> int:
+def _weight(program: Program, node: torch.fx.Node) -> int:
+    """A unit per value, a hair more for a value that is not bf16 or is a view and, when
+    the model declares its boundary state, for a value that is not that state: among
+    equally small cuts the declared state is the one handed over (at cut 0 and L too,
+    where glue could run on either side of it)."""
     val = node.meta.get("val")
     bf16 = isinstance(val, torch.Tensor) and val.dtype == torch.bfloat16
     view = is_view_node(node) and not copies_data(node)
-    return _UNIT + (0 if bf16 else 1) + (1 if view else 0)
+    state = program.layout.boundary_state
+    other = state is not None and not state.matches(program.dtype(node), program.shape(node))
+    return _UNIT + (0 if bf16 else 1) + (1 if view else 0) + (3 if other else 0)
 
 
 def copies_data(node: torch.fx.Node) -> bool:
@@ -150,7 +157,7 @@ def _min_cut(
             continue
         if hi < k or v in forced_left:
             g.add_edge("S", ("in", v))
-        g.add_edge(("in", v), ("out", v), capacity=_weight(v))
+        g.add_edge(("in", v), ("out", v), capacity=_weight(program, v))
         g.add_edge(("out", v), ("in", v))
     for u, w in edges:
         g.add_edge(("out", u), ("in", w))

@@ -42,8 +42,16 @@ class Wire:
 def classify_wire(program: Program, cut: CutAnalysis) -> Wire:
     acts = cut.activations
     candidates = [a for a in acts if _is_residual(program, cut, a)]
-    # an in-place write into shared state is never the residual, whatever it feeds
-    candidates.sort(key=lambda a: (a in program.writes, program.dtype(a) != "bfloat16"))
+    # an in-place write into shared state is never the residual, whatever it feeds; a
+    # declared boundary state is preferred, then bf16
+    state = program.layout.boundary_state
+    candidates.sort(
+        key=lambda a: (
+            a in program.writes,
+            state is not None and not state.matches(program.dtype(a), program.shape(a)),
+            program.dtype(a) != "bfloat16",
+        )
+    )
     residual = candidates[0] if candidates else None
     wire = Wire(residual)
     for act in acts:

@@ -1,7 +1,9 @@
 """Where a model keeps its decoder layers and its edge modules.
 
 The layout comes from, in order: a ``get_pp_module_config()`` method on the
-model (keys ``layer_prefix``, ``input_fqns``, ``output_fqns``, ``num_layers``);
+model (keys ``layer_prefix``, ``input_fqns``, ``output_fqns``, ``num_layers``, and
+the declarations of :mod:`graphcheck.model.boundary`: ``pipeline_boundary_state``,
+``pipeline_layer_ranges``);
 auto-detection of the common transformers layout; explicit overrides
 (``--layers``, ``--inputs``, ``--outputs``), which win over both.
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from graphcheck.errors import LayoutError
+from graphcheck.model.boundary import BoundaryState, boundary_state, layer_ranges
 
 __all__ = ["Layout", "detect_layout"]
 
@@ -32,6 +35,8 @@ _OUTPUT_CANDIDATES = (
     ("model.decoder.final_layer_norm", "lm_head"),
     ("transformer.ln_f", "lm_head"),
     ("norm", "output"),
+    ("model.norm",),  # a decoder that returns hidden states (the loss applies the head)
+    ("norm",),
 )
 
 
@@ -40,7 +45,8 @@ class Layout:
     """The pipeline-relevant structure of a model.
 
     ``layer_keys`` maps each key of the layer container (``"3"``) to its global
-    layer index; ``None`` entries of a ``ModuleList`` have no key.
+    layer index; ``None`` entries of a ``ModuleList`` have no key. ``boundary_state``
+    and ``layer_ranges`` are what the model declares (:mod:`graphcheck.model.boundary`).
     """
 
     layer_prefix: str
@@ -48,6 +54,8 @@ class Layout:
     output_fqns: tuple[str, ...]
     num_layers: int
     layer_keys: dict[str, int] = field(default_factory=dict)
+    boundary_state: BoundaryState | None = None
+    layer_ranges: tuple[tuple[int, int], ...] | None = None
 
     def layer_of(self, fqn: str) -> int | None:
         """Global layer index of module path ``fqn``, or ``None``.
@@ -74,6 +82,7 @@ def detect_layout(
     layers: str | None = None,
     inputs: tuple[str, ...] | None = None,
     outputs: tuple[str, ...] | None = None,
+    state: BoundaryState | None = None,
 ) -> Layout:
     """Find the layout of ``model``; explicit arguments override what is found."""
     declared = _declared_config(model)
@@ -91,7 +100,9 @@ def detect_layout(
         raise LayoutError("no output modules (final norm, head) found; pass --outputs FQN[,FQN]")
     keys, count = _layer_keys(container, prefix)
     num = int(declared.get("num_layers") or count)
-    return Layout(prefix, tuple(ins), tuple(outs), num, keys)
+    state = state or boundary_state(declared.get("pipeline_boundary_state"))
+    ranges = layer_ranges(declared.get("pipeline_layer_ranges"), num)
+    return Layout(prefix, tuple(ins), tuple(outs), num, keys, state, ranges)
 
 
 def _declared_config(model: nn.Module) -> dict:

@@ -3,7 +3,10 @@
 What it checks
     The stage plan: every cut lies in 0..L, cuts strictly increase (no empty
     middle stage), and the model's layers run in index order, so that each
-    stage's layers form one contiguous block of the dataflow.
+    stage's layers form one contiguous block of the dataflow. A model that declares
+    the layer ranges its own state allows (``get_pp_module_config()
+    ["pipeline_layer_ranges"]``) gets exactly those ranges for the stages that hold
+    layers (``verify`` without ``--cuts``/``--stages`` proves that plan).
 
 Why it matters
     A pipeline stage receives one hand-off from the stage before it. If layer
@@ -12,11 +15,13 @@ Why it matters
 
 Example
     ``--cuts 99`` on an 8-layer model; ``--cuts 4,4``; a model whose forward
-    runs ``for layer in reversed(self.layers)``.
+    runs ``for layer in reversed(self.layers)``; ``--cuts 2`` for a model that
+    declares ``pipeline_layer_ranges`` ``[(0, 3), (3, 6)]``.
 
 Fix
     Pick cuts in 0..L that strictly increase; run layers in the order of
-    their global index (renumber the container if the order is intended).
+    their global index (renumber the container if the order is intended); cut at
+    the starts of the declared layer ranges.
 
 Malformed plans are bad arguments: graphcheck stops with exit status 2 and a
 GC101 line before exporting. Dataflow against the layer order is a finding.
@@ -49,7 +54,30 @@ _PREFIX = f"{CODE} {NAME}"  # of the usage errors a malformed plan raises (exit 
 
 
 def check(ctx) -> list[Diagnostic]:
-    program = ctx.program
+    return _out_of_order(ctx.program) + _off_declared_ranges(ctx)
+
+
+def _off_declared_ranges(ctx) -> list[Diagnostic]:
+    """The plan's layer ranges against the ``pipeline_layer_ranges`` the model declares."""
+    declared = ctx.program.layout.layer_ranges
+    if ctx.plan is None or declared is None:
+        return []
+    actual = tuple((s.layers[0], s.layers[1] + 1) for s in ctx.plan.stages if s.layers)
+    if actual == declared:
+        return []
+    cuts = ",".join(str(start) for start, _ in declared[1:]) or "none"
+    return [
+        Diagnostic.at(
+            CODE,
+            NAME,
+            f"the plan gives its stages the layer ranges {list(actual)}, but the model "
+            f"declares pipeline_layer_ranges {list(declared)} (the ranges its own state "
+            f"allows); cut at {cuts} (--cuts {cuts}), or omit --cuts to prove the declared plan",
+        )
+    ]
+
+
+def _out_of_order(program) -> list[Diagnostic]:
     seen: set[tuple[str, str]] = set()
     found = []
     for producer, consumer in program.backward:

@@ -9,25 +9,33 @@ What it checks
     modules hand to the rest of the model (or of a stage's ``hidden`` input), and of
     what the output modules read from it; they must agree.
 
+    A model whose boundary state is deliberately not the residual declares it
+    (``get_pp_module_config()["pipeline_boundary_state"]`` or ``--boundary-state``:
+    rank, dtype, shape suffix, state name). Then every cut, 0 and L included, must
+    carry a value of exactly that rank, dtype and trailing shape, with the token dim
+    before the suffix.
+
 Why it matters
     The pipeline wire is one bf16 ``[1, T, H]`` tensor: runtimes allocate its
     receive buffer from that shape and treat it as the residual. A rank-4
-    multi-stream residual ``[1, T, n, H]`` does not fit it, and the bits of an fp32
-    residual carried as a bf16 ``[1, T, 2H]`` tensor are not the bf16 residual the
-    contract names: bf16 checks pass on bytes that are really fp32.
+    multi-stream residual ``[1, T, n, H]`` does not fit it unless the model declares
+    it (and the runtime then checks every received tensor against the declaration),
+    and the bits of an fp32 residual carried as a bf16 ``[1, T, 2H]`` tensor are not
+    the bf16 residual the contract names: bf16 checks pass on bytes that are really
+    fp32.
 
 Example
     Hyper-connections that pass ``n`` residual streams between layers
-    (``[1, T, n, H]``); a layer that keeps an fp32 residual and returns
-    ``x32.view(torch.bfloat16)``.
+    (``[1, T, n, H]``) without declaring them, or declaring rank 3; a layer that
+    keeps an fp32 residual and returns ``x32.view(torch.bfloat16)``.
 
 Fix
     Hand over the ``[1, T, H]`` residual: collapse the streams inside the layer (or
     cut where they are collapsed) and round an fp32 residual with
-    ``.to(torch.bfloat16)`` instead of reinterpreting its bits. A model whose
-    boundary state is deliberately not the residual will be able to declare it with
-    ``get_pp_module_config()["pipeline_boundary_state"]``; a declared shape that
-    matches the crossing value is accepted.
+    ``.to(torch.bfloat16)`` instead of reinterpreting its bits. A multi-stream state
+    that is the boundary by design is declared: the message shows the declaration
+    that matches the crossing value (``"pipeline_boundary_state": {"rank": 4,
+    "dtype": "bfloat16", "shape_suffix": (4, 64), "state": "NAME"}``).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from graphcheck.analysis.dataflow import copies_data
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.analysis.regions import RegionKind
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.model.boundary import declaration
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
 
@@ -60,7 +69,7 @@ def check(ctx) -> list[Diagnostic]:
     width = next(iter(widths)) if len(widths) == 1 else None
     for cut in ctx.cuts:
         node = ctx.wire(cut).boundary
-        if node is None or _declared(program, node):
+        if node is None:
             continue
         problems = [_shape_problem(program, node, width), _bitcast_problem(program, node)]
         problems = [p for p in problems if p]
@@ -104,9 +113,12 @@ def _last_dim(node: torch.fx.Node) -> set[int]:
 
 
 def _shape_problem(program, node: torch.fx.Node, width: int | None) -> str | None:
-    shape = program.shape(node)
+    shape, dtype = program.shape(node), program.dtype(node)
     if shape is None:
         return None
+    state = program.layout.boundary_state
+    if state is not None:
+        return _state_problem(state, dtype, shape)
     expected = f"[1, T, {width if width is not None else 'H'}]"
     ok = len(shape) == 3 and shape[0] == "1" and shape[1] == "T"
     if ok and (width is None or shape[2] == str(width)):
@@ -117,10 +129,28 @@ def _shape_problem(program, node: torch.fx.Node, width: int | None) -> str | Non
         else "hand over the residual itself, not a reshaped or widened copy"
     )
     return (
-        f"is {program.dtype(node)} [{', '.join(shape)}], but the pipeline wire is one bf16 "
-        f"{expected} tensor (the residual stream); {fix}, or (a later option) declare the "
-        f"boundary state with {_DECLARE}"
+        f"is {dtype} [{', '.join(shape)}], but the pipeline wire is one bf16 {expected} "
+        f"tensor (the residual stream); {fix}{_declare_hint(dtype, shape)}"
     )
+
+
+def _state_problem(state, dtype: str | None, shape: list[str]) -> str | None:
+    if state.matches(dtype, shape):
+        return None
+    return (
+        f"is {dtype} [{', '.join(shape)}], but the model declares its boundary state "
+        f"{state.state!r} as {state.expected} (rank {state.rank}, shape suffix "
+        f"{tuple(state.shape_suffix)}); hand over that state at every cut"
+        f"{_declare_hint(dtype, shape, state.state, 'correct the declaration')}"
+    )
+
+
+def _declare_hint(dtype, shape, name: str = "NAME", how: str = "declare it") -> str:
+    """How to declare ``shape`` as the boundary state, when it can be one."""
+    text = declaration(dtype, shape, name) if dtype else None
+    if text is None:
+        return ""
+    return f", or, if this is the boundary state by design, {how}: {_DECLARE} = {text}"
 
 
 def _bitcast_problem(program, node: torch.fx.Node) -> str | None:
@@ -150,15 +180,6 @@ def _bitcast_on_path(node: torch.fx.Node) -> torch.fx.Node | None:
         node = src.args[0] if op_name(node.target) == "getitem" else src
         seen += 1
     return None
-
-
-def _declared(program, node: torch.fx.Node) -> bool:
-    """A boundary state the model declares (``pipeline_boundary_state``) whose shape is
-    the crossing value's; the declaration itself comes with a later layout option."""
-    state = getattr(program.layout, "boundary_state", None)
-    if not isinstance(state, dict) or "shape" not in state:
-        return False
-    return [str(d) for d in state["shape"]] == program.shape(node)
 
 
 def _ambiguous(widths: set[int]) -> Diagnostic:
