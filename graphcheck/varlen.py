@@ -135,7 +135,7 @@ def stage_inputs(first: str) -> tuple[str, ...]:
 
 
 def example_values(
-    docs: tuple[int, ...], names: tuple[str, ...], hidden_size: int = 0
+    docs: tuple[int, ...], names: tuple[str, ...], hidden_size: int | tuple[int, ...] = 0
 ) -> dict[str, object]:
     """Values of the inputs ``names`` for documents of lengths ``docs`` (zeros for the
     token inputs; under a fake mode they are fake).
@@ -165,10 +165,12 @@ def _tokens(docs: tuple[int, ...], row: VarlenInput):
     return torch.zeros(1, sum(docs), dtype=getattr(torch, row.dtype))
 
 
-def _hidden(docs: tuple[int, ...], hidden_size: int):
+def _hidden(docs: tuple[int, ...], hidden_size: int | tuple[int, ...]):
+    """The wire ``[1, T, H]``, or ``[1, T, *suffix]`` for a declared boundary state."""
     import torch
 
-    return torch.zeros(1, sum(docs), hidden_size, dtype=torch.bfloat16)
+    suffix = hidden_size if isinstance(hidden_size, tuple) else (hidden_size,)
+    return torch.zeros(1, sum(docs), *suffix, dtype=torch.bfloat16)
 
 
 _VALUES = {

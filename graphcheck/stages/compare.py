@@ -90,7 +90,11 @@ class _Uncut:
 
 
 def compare_stage(
-    uncut: Program, stage: StageProgram, last: bool, hidden: int, glue: Counter | None = None
+    uncut: Program,
+    stage: StageProgram,
+    last: bool,
+    hidden: int | tuple[int, ...],
+    glue: Counter | None = None,
 ) -> list[Mismatch]:
     """Every difference between ``stage``'s program and its slice of ``uncut``.
 
@@ -213,9 +217,10 @@ def _describe(node: NodeRecord) -> str:
     return f"`{node.name}` ({node.place}{'; ' + where if where else ''})"
 
 
-def _boundary(stage: StageProgram, hidden: int) -> list[Mismatch]:
-    """A non-last stage must return the bf16 ``[1, T, H]`` the next stage takes as ``x``."""
-    want = ["1", "T", str(hidden)]
+def _boundary(stage: StageProgram, hidden: int | tuple[int, ...]) -> list[Mismatch]:
+    """A non-last stage must return the bf16 ``[1, T, H]`` (``[1, T, *suffix]`` of a
+    declared boundary state) the next stage takes as ``x``."""
+    want = ["1", "T", *map(str, hidden if isinstance(hidden, tuple) else (hidden,))]
     values = [(d, s, n) for d, s, n in stage.outputs if d is not None]
     if len(values) == 1 and (values[0][0], values[0][1]) == ("bfloat16", want):
         return []
