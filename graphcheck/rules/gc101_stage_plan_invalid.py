@@ -49,7 +49,10 @@ __all__ = [
 CODE = "GC101"
 NAME = "stage-plan-invalid"
 SEVERITY = "error"
-SUMMARY = "cut out of range, empty middle stage (exit 2); layers that do not run in index order"
+SUMMARY = (
+    "cut out of range, empty middle stage (exit 2); layers that do not run in index order; "
+    "stages off the declared layer ranges"
+)
 _PREFIX = f"{CODE} {NAME}"  # of the usage errors a malformed plan raises (exit status 2)
 
 
