@@ -32,9 +32,12 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import inspect
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import re
+import traceback
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from torch import nn
@@ -43,8 +46,10 @@ from graphcheck.errors import ModelLoadError, UsageError
 
 __all__ = [
     "PREFIX",
+    "QUIRKS",
     "TINY",
     "build_config",
+    "clip_token_ids",
     "hf_factory",
     "is_hf_spec",
     "offline",
@@ -81,7 +86,39 @@ TINY: dict[str, object] = {
     "linear_num_value_heads": 4,
     "linear_key_head_dim": 16,
     "linear_value_head_dim": 16,
+    # encoder-decoder families run as decoders, and families that name sizes their own way
+    "is_decoder": True,
+    "decoder_layers": 8,
+    "num_decoder_layers": 8,
+    "decoder_attention_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_ffn_dim": 128,
+    "encoder_ffn_dim": 128,
+    "n_shared_experts": 1,
+    "d_head": 16,
 }
+# Per-family settings a tiny config cannot do without, each for a reason the family states
+# (a validator or a shape rule of its modeling code); applied after TINY.
+QUIRKS: dict[str, dict[str, object]] = {
+    # its kv-sharing layers must cover every layer type the other layers produce
+    "gemma3n_text": {"num_hidden_layers": 10, "num_kv_shared_layers": 5},
+    # attention_types counts layers: [[pattern, repeats]] must add up to the depth
+    "gpt_neo": {"attention_types": [[["global", "local"], 4]]},
+    # hidden_size * expand must equal num_heads * head_dim
+    "mamba2": {"num_heads": 8, "n_groups": 1},
+    # num_hidden_layers is derived from num_decoder_layers and cannot be set
+    "prophetnet": {"num_hidden_layers": None},
+    # validator: only top-1 routing is supported
+    "zaya": {"num_experts_per_tok": 1},
+    # validator: the sliding layers' head_dim is their qk_nope + qk_rope (24 + 8 at tiny width)
+    "dots3_note_text": {"head_dim": 32},
+    # num_hidden_layers is the length of attn_layers
+    "reformer": {"attn_layers": ["local", "lsh"] * 4, "axial_pos_embds_dim": [32, 32]},
+    # its default leaves layer_types unset, which its modeling code reads: conv and full
+    # attention layers as in its checkpoints
+    "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention", "conv"] * 2},
+}
+_TOKEN_ID = re.compile(r"(^|_)token_(id|ids|index)$")
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads")
 _ATTN_KEY = "attn_implementation"
 
@@ -113,14 +150,61 @@ def _value(text: object) -> object:
 def hf_factory(spec: str, settings: Mapping[str, object] | None = None) -> Callable[[], nn.Module]:
     """A factory building the causal LM of ``spec`` (call it under the fake mode)."""
     config = build_config(spec, settings)
-    from transformers import AutoModelForCausalLM
+    name, build = _builder(spec.removeprefix(PREFIX), config)
 
     def factory() -> nn.Module:
         with offline():
-            return AutoModelForCausalLM.from_config(config)
+            try:
+                return build(config)
+            except Exception as err:
+                reason = _build_failure(config, err)
+                if reason is None:
+                    raise
+                raise ModelLoadError(reason) from err
 
-    factory.__name__ = f"AutoModelForCausalLM[{config.model_type}]"
+    factory.__name__ = f"{name}[{config.model_type}]"
     return factory
+
+
+def _builder(target: str, config) -> tuple[str, Callable]:
+    """How to build ``config``'s causal LM: the auto class, else the class transformers
+    lists for the requested type when it takes this config (a text config the auto
+    mapping does not list, as ``mllama``'s)."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if type(config) in AutoModelForCausalLM._model_mapping:
+        return "AutoModelForCausalLM", AutoModelForCausalLM.from_config
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(target)
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    if cls is None or not isinstance(config, cls.config_class):
+        raise ModelLoadError(f"transformers has no causal LM for {type(config).__name__}")
+    return cls.__name__, cls._from_config
+
+
+def _build_failure(config, err: Exception) -> str | None:
+    """What a failed build means, for the failures of a known cause (else None)."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    name, attn, where = config.model_type, config._attn_implementation, _model_line(err)
+    if isinstance(err, KeyError) and err.args == (attn,):
+        return (
+            f"{name} picks its attention from its own table, not transformers' "
+            f"AttentionInterface, so {attn!r} cannot reach it; --set attn_implementation=eager "
+            "runs its own attention (without the document boundaries)"
+        )
+    if isinstance(err, DataDependentOutputException):
+        return f"{name} reads a tensor's value while it is built{where}; fake weights have none"
+    if isinstance(err, RuntimeError) and str(err).startswith("_apply(): Couldn't swap"):
+        return f"{name} casts a module with .to() while it is built{where}; {err} on fake weights"
+    return None
+
+
+def _model_line(err: BaseException) -> str:
+    """`` at modeling_x.py:LINE``: the innermost frame of transformers' modeling code."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "/models/" in f.filename]
+    return f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
 
 @contextlib.contextmanager
@@ -155,12 +239,47 @@ def _build_config(spec: str, settings: Mapping[str, object] | None):
     attn = settings.pop(_ATTN_KEY, None) or attention.register()
     if _is_path(target):
         model_type, base = _file_config(target)
+        config = _make(model_type, base, settings, spec)
     else:
-        model_type, base = _tiny_config(target)
-    config = _make(model_type, base, settings, spec)
+        model_type, base = _tiny_config(target, spec)
+        config = _make(model_type, base, settings, spec)
+        ids = clip_token_ids(config.to_dict(), getattr(config, "vocab_size", None), settings)
+        if ids:
+            config = _make(model_type, {**base, **ids}, settings, spec)
     config._attn_implementation = attn
     config.use_cache = False
     return config
+
+
+def clip_token_ids(
+    values: Mapping[str, object], vocab: object, keep: Collection[str] = ()
+) -> dict[str, object]:
+    """The token-id fields of ``values`` (``pad_token_id``, ``eos_token_id`` lists,
+    ``image_token_index``) that fall outside a vocabulary of ``vocab``, clipped to its last
+    id; fields in ``keep`` (given with ``--set``) stay as they are.
+
+    >>> clip_token_ids({"pad_token_id": 151643, "eos_token_id": [1, 151645],
+    ...                 "bos_token_id": None, "vocab_size": 151936}, 256)
+    {'pad_token_id': 255, 'eos_token_id': [1, 255]}
+    """
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        return {}
+    clipped = {}
+    for key, value in values.items():
+        if key in keep or not _TOKEN_ID.search(key):
+            continue
+        new = _clip(value, vocab - 1)
+        if new != value:
+            clipped[key] = new
+    return clipped
+
+
+def _clip(value: object, last: int) -> object:
+    if isinstance(value, list | tuple):
+        return type(value)(_clip(v, last) for v in value)
+    if isinstance(value, int) and not isinstance(value, bool) and value > last:
+        return last
+    return value
 
 
 def _is_path(target: str) -> bool:
@@ -184,19 +303,135 @@ def _config_class(model_type: str):
 
 def _text_type(model_type: str) -> str:
     """The text model type of a multimodal type (``gemma3`` -> ``gemma3_text``)."""
-    config = _config_class(model_type)()
+    config = _defaults(_config_class(model_type), f"{PREFIX}{model_type}")
     text = config.get_text_config(decoder=True)
     return text.model_type if text is not config and text.model_type else model_type
 
 
-def _tiny_config(model_type: str) -> tuple[str, dict[str, object]]:
+def _defaults(cls, spec: str):
+    """``cls()``: the family's default config, or a one-line error when it is invalid."""
+    try:
+        return cls()
+    except Exception as err:
+        raise ModelLoadError(
+            f"{spec}: the default {cls.__name__} is invalid: {_one_line(err)}"
+        ) from err
+
+
+def _tiny_config(model_type: str, spec: str) -> tuple[str, dict[str, object]]:
     model_type = _text_type(model_type)
-    defaults = _config_class(model_type)()
-    base = {k: v for k, v in TINY.items() if hasattr(defaults, k)}
-    if hasattr(defaults, "qk_rope_head_dim"):  # MLA: head dims come from the rope/nope split
+    cls = _config_class(model_type)
+    defaults = _defaults(cls, spec)
+    base = {k: v for k, v in TINY.items() if _settable(defaults, k)}
+    if _has(defaults, "qk_rope_head_dim"):  # MLA: head dims come from the rope/nope split
         base.pop("head_dim", None)
         base["num_key_value_heads"] = base["num_attention_heads"]
+    base.update(QUIRKS.get(model_type, {}))
+    base = {k: v for k, v in base.items() if v is not None}
+    if isinstance(defaults.to_dict().get("per_layer_config"), dict):
+        base["per_layer_config"] = {}  # the full table names layers the tiny one lacks
+    base.update(_depth_lists(cls, defaults, base))
+    base.update(_per_layer(cls, defaults, base))
     return model_type, base
+
+
+def _has(config, key: str) -> bool:
+    """Whether ``config`` has ``key`` (an attribute that varies per layer counts)."""
+    try:
+        return hasattr(config, key)
+    except Exception:  # transformers refuses a global read of a per-layer attribute
+        return True
+
+
+def _settable(config, key: str) -> bool:
+    """A key of ``config`` that is not a read-only property (``falcon``'s ``head_dim``)."""
+    attr = inspect.getattr_static(type(config), key, None)
+    return _has(config, key) and not (isinstance(attr, property) and attr.fset is None)
+
+
+def _per_layer(cls, defaults, base: dict) -> dict[str, object]:
+    """A per-layer override table (``per_layer_config``) for the tiny depth: each tiny
+    layer takes the entry of its layer type when the full table is one entry per type,
+    else the entry of its index; sizes scaled like the global ones (a layer with twice
+    the head dim keeps twice the tiny one)."""
+    full = defaults.to_dict()
+    table = full.get("per_layer_config")
+    if not isinstance(table, dict) or not table:
+        return {}
+    entries = {
+        int(layer): {k: _scaled(v, full.get(k), base.get(k)) for k, v in entry.items()}
+        for layer, entry in table.items()
+        if str(layer).isdigit() and isinstance(entry, dict)
+    }
+    by_type = _entry_per_type(entries, full.get("layer_types"))
+    types = _tiny_layer_types(cls, base)
+    if by_type is not None and types is not None:
+        picked = {i: by_type[t] for i, t in enumerate(types) if t in by_type}
+    else:
+        depth = base.get("num_hidden_layers") or 0
+        picked = {i: entry for i, entry in entries.items() if i < depth}
+    width = len(str(next(iter(table))))
+    return {"per_layer_config": {str(i).zfill(width): e for i, e in picked.items()}}
+
+
+def _entry_per_type(entries: dict[int, dict], types: object) -> dict[str, dict] | None:
+    """``{layer type: entry}`` when every layer of a type has the same entry (or none)."""
+    if not isinstance(types, list):
+        return None
+    by_type: dict[str, dict | None] = {}
+    for index, kind in enumerate(types):
+        entry = entries.get(index)
+        if by_type.setdefault(kind, entry) != entry:
+            return None
+    return {kind: entry for kind, entry in by_type.items() if entry is not None}
+
+
+def _tiny_layer_types(cls, base: dict) -> list | None:
+    try:
+        types = cls.from_dict({**base, "per_layer_config": {}}).to_dict().get("layer_types")
+    except Exception:
+        return None
+    return types if isinstance(types, list) else None
+
+
+def _scaled(value: object, default: object, tiny: object) -> object:
+    """``value`` scaled as ``default`` was to ``tiny``: exact integers, else ``tiny``.
+
+    >>> _scaled(512, 256, 16), _scaled(64, 128, 4), _scaled(3, 7, 4), _scaled(1e-6, 1e-5, None)
+    (32, 2, 4, 1e-06)
+    """
+    ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (value, default, tiny))
+    if not ints:
+        return value if tiny is None else tiny
+    scaled, rest = divmod(tiny * value, default) if default else (0, 1)
+    return scaled if not rest and scaled > 0 else tiny
+
+
+def _depth_lists(cls, defaults, base: dict) -> dict[str, object]:
+    """Per-layer lists (``layer_types``) the class keeps at its default depth rather
+    than deriving them for the tiny one: their first entries."""
+    depth, full_depth = base.get("num_hidden_layers"), _get(defaults, "num_hidden_layers")
+    if not isinstance(depth, int) or not isinstance(full_depth, int) or depth == full_depth:
+        return {}
+    lists = {
+        k: v
+        for k, v in defaults.to_dict().items()
+        if isinstance(v, list) and len(v) == full_depth and k not in base
+    }
+    if not lists:
+        return {}
+    try:
+        tiny = cls.from_dict(dict(base)).to_dict()
+    except Exception:
+        tiny = {}
+    return {k: v[:depth] for k, v in lists.items() if len(tiny.get(k) or ()) != depth}
+
+
+def _get(config, key: str) -> object:
+    try:
+        return getattr(config, key, None)
+    except Exception:
+        return None
 
 
 def _file_config(target: str) -> tuple[str, dict[str, object]]:
