@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-slow fuzz lint bench clean
+.PHONY: demo test test-fast test-slow fuzz lint bench coverage clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py
+
+# Every transformers causal-LM family through `graphcheck map`: README's coverage table.
+coverage: $(STAMP)
+	$(BIN)/python scripts/coverage.py --write --json docs/coverage.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -6,7 +6,11 @@
   experts). Only keys the config class has are overridden, and derived fields
   (``layer_types``, sliding-window patterns) are left to the class, so the
   family's own layer-type logic runs for the new depth. A multimodal type
-  (``gemma3``, ``qwen3_5``) uses its text config.
+  (``gemma3``, ``qwen3_5``) uses its text config. Token ids past the tiny
+  vocabulary (``pad_token_id``, ``eos_token_id`` lists) are clipped to its last
+  id (:func:`clip_token_ids`); a per-layer table (``per_layer_config``) and
+  per-layer lists a class keeps at its own depth are shrunk to the tiny one;
+  :data:`QUIRKS` holds the few per-family settings a validator forces.
 * ``hf:path/to/config.json`` (or a directory holding one) builds the real,
   full-size config; it must state ``model_type``, ``hidden_size``,
   ``num_hidden_layers`` and ``num_attention_heads``. ``quantization_config``
@@ -98,7 +102,7 @@ TINY: dict[str, object] = {
     "d_head": 16,
 }
 # Per-family settings a tiny config cannot do without, each for a reason the family states
-# (a validator or a shape rule of its modeling code); applied after TINY.
+# (a validator or a shape rule of its modeling code); applied after TINY, None drops a key.
 QUIRKS: dict[str, dict[str, object]] = {
     # its kv-sharing layers must cover every layer type the other layers produce
     "gemma3n_text": {"num_hidden_layers": 10, "num_kv_shared_layers": 5},
@@ -114,8 +118,8 @@ QUIRKS: dict[str, dict[str, object]] = {
     "dots3_note_text": {"head_dim": 32},
     # num_hidden_layers is the length of attn_layers
     "reformer": {"attn_layers": ["local", "lsh"] * 4, "axial_pos_embds_dim": [32, 32]},
-    # its default leaves layer_types unset, which its modeling code reads: conv and full
-    # attention layers as in its checkpoints
+    # its default leaves layer_types unset, which its modeling code reads: a mix of conv
+    # and full-attention layers
     "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention", "conv"] * 2},
 }
 _TOKEN_ID = re.compile(r"(^|_)token_(id|ids|index)$")
