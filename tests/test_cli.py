@@ -64,7 +64,7 @@ BAD_INPUTS = [
     (["verify", REFERENCE, "--stages", "9"], "GC101"),
     (["verify", REFERENCE, "--cuts", "4", "--layers", "model.blocks"], "not found"),
     (["verify", "no-colon", "--cuts", "4"], "model spec"),
-    (["verify", REFERENCE], "required"),
+    (["verify", REFERENCE], "--cuts or --stages"),
     (["verify", REFERENCE, "--cuts", "4", "--stage-builder", "keep-idx"], "stage builder"),
     (["verify", REFERENCE, "--cuts", "4", "--stage-builder", "none.py:build"], "not found"),
 ]

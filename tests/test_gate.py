@@ -494,7 +494,7 @@ def test_cli_exit_2_names_an_op_without_cpu_implementation(cli, tmp_path):
         (["--cuts", "4", "--docs", "3,0"], "--docs"),
         (["--cuts", "4", "--seed", "abc"], "--seed"),
         (["--cuts", "99"], "GC101"),
-        ([], "required"),
+        ([], "--cuts or --stages"),
     ],
 )
 def test_cli_bad_arguments_are_one_line_exit_2(cli, argv, words):
