@@ -43,6 +43,7 @@ TABLE = [
     Row("GC301", "reference:reference", 4, "reference:window_only", "rebuild"),
     Row("GC302", "reference:reference", 4, "reference:reference", "rebuild", "keep-index"),
     Row("GC303", "violations:none_layers", 4, "reference:reference", "rebuild"),
+    Row("GC304", "training:dropout_layer", 2, "training:dropout_zero"),
     Row("GC401", "violations:ignores_cu_seqlens", 4, "violations:sdpa_doc_mask"),
     Row("GC402", "violations:arange_positions", 4, "reference:reference"),
     Row("GC403", "violations:length_guard", 4, "reference:reference"),

@@ -18,6 +18,13 @@ If export specialises or guards T or N the proof would hold for some lengths
 only, so the export is retried with automatic dims and the guard is recorded
 in :attr:`Exported.guards` (reported as GC403).
 
+The module is exported in its program mode (:class:`~graphcheck.model.load.ProgramMode`):
+``train`` by default, the program pipeline-parallel training runs (``model.train()``:
+dropout active, kernels a module picks by ``self.training``), or ``eval``
+(``model.eval()``). :func:`export_model` puts the module in the mode it is given, so a
+stage module a builder constructs afresh (in train mode, as every new module is) runs
+the same program as the uncut model, and records the mode in :attr:`Exported.program_mode`.
+
 Export runs under ``torch.no_grad()``: graphcheck analyses the forward program,
 and with grad enabled some kernels refuse to trace (FlexAttention with a
 document ``mask_mod`` on CPU: "FlexAttention does not support backward on CPU").
@@ -41,7 +48,7 @@ from torch.export import Dim, ExportedProgram
 from graphcheck.analysis.export_failure import export_error, is_constraint_violation
 from graphcheck.analysis.token_multiple import multiple_of, undeclared
 from graphcheck.errors import ExportError
-from graphcheck.model.load import default_dtype
+from graphcheck.model.load import ProgramMode, default_dtype, in_program_mode
 from graphcheck.varlen import (
     BY_NAME,
     EXAMPLE_DOCS,
@@ -64,6 +71,7 @@ class Exported:
     symbols: dict[str, str] = field(default_factory=dict)  # sympy name -> readable name
     guards: list[str] = field(default_factory=list)
     batch: ExampleBatch = field(default_factory=ExampleBatch)  # the example it traced
+    program_mode: ProgramMode = ProgramMode.TRAIN  # model.train() or model.eval()
 
     def tokens(self) -> dict:
         """For which T the program holds, for reports: T a multiple of ``multiple_of``,
@@ -136,9 +144,11 @@ def export_model(
     stage_input: str | None = None,
     hidden_size: int = 0,
     batch: ExampleBatch | None = None,
+    program_mode: ProgramMode | str | None = None,
 ) -> Exported:
     """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs, traced
-    on ``batch`` (default: 29 tokens in 3 documents, T any length).
+    on ``batch`` (default: 29 tokens in 3 documents, T any length), in ``program_mode``
+    (``None``: the mode the model is in).
 
     With ``stage_input`` (``"input_ids"`` or ``"hidden"``) the model is a pipeline
     stage module, called positionally as ``forward(x, position_ids, cu_seq_lens_q,
@@ -148,6 +158,9 @@ def export_model(
     else:
         names, wrap = stage_inputs(stage_input), False
     batch = batch or ExampleBatch()
+    if program_mode is not None:
+        in_program_mode(model, program_mode)
+    traced = ProgramMode.TRAIN if model.training else ProgramMode.EVAL
     start = time.perf_counter()
     with _forward_over(model, names if wrap else None):
         arguments = dict(zip(inspect.signature(model.forward).parameters, names, strict=False))
@@ -155,7 +168,7 @@ def export_model(
     if batch.multiple > 1:
         guards += _derived_guards(program, arguments, batch.multiple)
     seconds = time.perf_counter() - start
-    exported = Exported(program, names, seconds, guards=guards, batch=batch)
+    exported = Exported(program, names, seconds, guards=guards, batch=batch, program_mode=traced)
     exported.symbols = _symbol_names(exported)
     return exported
 

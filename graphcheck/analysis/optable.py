@@ -722,6 +722,20 @@ def softmax(interp: Interp, node: torch.fx.Node) -> Val:
     return interp.leak(node, "softmax over the token dimension without a document mask")
 
 
+def dropout(interp: Interp, node: torch.fx.Node):
+    """Dropout and its variants: element ``x`` of the result reads element ``x`` of the
+    input (feature dropout zeroes whole slices chosen at random, never from another
+    token's values); ``native_dropout`` also returns its mask, shaped like the input.
+    Whether it draws random numbers is GC304's question."""
+    if not isinstance(node.meta.get("val"), tuple | list):
+        return pointwise(interp, node)
+    src = interp.val(node.args[0])
+    if src is None:
+        return unknown(interp, node)
+    result = Val(src.toks, **carry([src]))  # what the input guarantees is dropped
+    return (result, result)
+
+
 _POINTWISE = """
 aten.add.Tensor aten.add.Scalar aten.sub.Tensor aten.sub.Scalar aten.rsub.Scalar
 aten.rsub.Tensor aten.mul.Tensor aten.mul.Scalar aten.div.Tensor aten.div.Scalar
@@ -750,7 +764,7 @@ aten.lift_fresh_copy.default aten.copy.default aten.float.default aten.bfloat16.
 aten.half.default aten.positive.default aten.fill.Scalar aten.fill.Tensor
 aten.hardtanh.default aten.leaky_relu.default aten.elu.default aten.mish.default
 aten.logit.default aten.atan.default aten.cosh.default aten.sinh.default
-aten.dropout.default aten.native_dropout.default aten.bernoulli.p aten.bernoulli.default
+aten.bernoulli.p aten.bernoulli.default
 aten.one_hot.default
 """
 _STRUCTURAL = """
@@ -773,6 +787,11 @@ aten.empty_strided.default aten.eye.default aten.linspace.default aten.tensor.de
 """
 FAMILIES = [
     (_POINTWISE, pointwise),
+    (
+        "aten.dropout.default aten.native_dropout.default aten.alpha_dropout.default "
+        "aten.feature_dropout.default aten.feature_alpha_dropout.default",
+        dropout,
+    ),
     (_STRUCTURAL, structural),
     (_FACTORY, factory),
     ("aten.arange.default aten.arange.start aten.arange.start_step", arange),

@@ -16,7 +16,14 @@ from __future__ import annotations
 from graphcheck.analysis.fx import op_name
 from graphcheck.gate.graph_run import Blocked, NodeFailure
 
-__all__ = ["failure_message", "kernel_message", "not_pipeline_aware", "one_line", "raised"]
+__all__ = [
+    "failure_message",
+    "kernel_message",
+    "not_pipeline_aware",
+    "one_line",
+    "raised",
+    "random_ops",
+]
 
 
 def one_line(err: BaseException) -> str:
@@ -57,4 +64,17 @@ def not_pipeline_aware(builder: str, message: str) -> str:
         f"{message}, built by the default stage builder {name}; if the model is not "
         "pipeline-aware pass --stage-builder FILE.py:FN (or --in-process for the "
         "partitioned exported graph)"
+    )
+
+
+def random_ops(found: list, program_mode: str) -> str:
+    """The gate refused: the program draws random numbers (GC304 ``found``), so the
+    staged and uncut bytes would differ by their random streams alone."""
+    places = sorted({f"{d.node} in {d.module or '-'}" for d in found})
+    more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+    where = ", ".join(places[:3])
+    return (
+        f"the {program_mode} program has random ops (GC304: {where}{more}): a staged run "
+        "cannot reproduce the uncut run's random stream, so there are no bytes to compare; "
+        "set the dropout probability to 0, or gate --mode eval if that is the program you run"
     )

@@ -166,6 +166,7 @@ class GateReport:
     seconds: dict[str, float] = field(default_factory=dict)
     mode: RunMode = RunMode.PROCESSES
     train: TrainCheck | None = None
+    program_mode: str = "train"  # the program run: model.train() or model.eval()
 
     kind = "gate"  # what the reporters render
 
@@ -194,6 +195,7 @@ class GateReport:
             "model": self.model,
             "mode": "gate",
             "run": self.mode,
+            "program_mode": str(self.program_mode),
             "verdict": self.verdict,
             "num_layers": self.num_layers,
             "cuts": self.cuts,

@@ -32,6 +32,13 @@ running what ranks run:
    logits of a second forward are compared: storage shared across stages shows
    here.
 
+Every process runs the model in the proof's program mode (``program_mode``, ``--mode``:
+``train`` by default, the program pipeline-parallel training runs, or ``eval``). A
+program with a random op (GC304: dropout with p > 0, ``rand``, ``bernoulli``) is
+refused before anything runs (a :class:`GateError`, exit 2): the staged run draws
+its random numbers in another order than the uncut run, so their bytes would differ
+by the random stream alone.
+
 A stage that raises is a finding (``bytes: blocked`` with the stage's one-line
 error), never a traceback. ``mode="graph"`` (``--in-process``) is the secondary
 mode: the uncut exported graph partitioned by the proof, run in this process
@@ -75,7 +82,7 @@ from graphcheck.gate.batch import DEFAULT_DOCS, PackedBatch
 from graphcheck.gate.chain import StageChain, in_fresh_process
 from graphcheck.gate.checks import bytes_check, isolation_check, relative, same
 from graphcheck.gate.graph_run import Handover, NodeFailure, RunStagesPass
-from graphcheck.gate.messages import failure_message, not_pipeline_aware, raised
+from graphcheck.gate.messages import failure_message, not_pipeline_aware, raised, random_ops
 from graphcheck.gate.report import (
     ISOLATION_TOLERANCE,
     ByteCheck,
@@ -97,6 +104,7 @@ from graphcheck.gate.weights import (
 from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.hf import is_hf_spec
+from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
 from graphcheck.stages.builders import StageBuilder
 
 __all__ = ["Gate", "gate"]
@@ -162,7 +170,8 @@ class Gate:
     def model(self) -> nn.Module:
         """The model on real random bf16 weights (built on first use)."""
         if self._model is None:
-            self._model = build_real(self._factory, self.seed)
+            program_mode = self.explorer.session.program_mode
+            self._model = build_real(self._factory, self.seed, program_mode)
         return self._model
 
     def run(
@@ -181,6 +190,8 @@ class Gate:
         clock = _Clock()
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
+        if random := [d for d in static.diagnostics if d.code == GC304]:
+            raise GateError(random_ops(random, static.program_mode))
         plan = self.explorer.plan(cuts, stages)
         with clock("build"):
             batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
@@ -216,6 +227,7 @@ class Gate:
             seconds=clock.seconds(),
             mode=mode,
             train=outcome.train,
+            program_mode=static.program_mode,
         )
 
     @contextlib.contextmanager
@@ -282,6 +294,7 @@ class Gate:
             kernels=self.options.get("kernels"),
             module_file=module_file,
             builder=builder,
+            program_mode=session.program_mode,
         )
 
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):

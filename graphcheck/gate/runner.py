@@ -44,7 +44,7 @@ from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import Layout
-from graphcheck.model.load import default_dtype, resolve_factory
+from graphcheck.model.load import default_dtype, in_program_mode, resolve_factory
 from graphcheck.stages.build import stage_layout
 from graphcheck.stages.builders import call_builder, resolve_builder
 
@@ -82,6 +82,7 @@ class Recipe:
     kernels: str | None = None
     module_file: str | None = None  # a model given as an object, saved whole
     builder: str | Callable | None = None  # builtin name, file.py:fn or a function
+    program_mode: str = "train"  # the proof's: model.train() or model.eval()
 
 
 class _Failed(Exception):
@@ -128,9 +129,11 @@ def _reported(fn):
 
 
 def build_model(recipe: Recipe) -> nn.Module:
-    """The model on real random bf16 weights (seeded), as every process builds it."""
+    """The model on real random bf16 weights (seeded), as every process builds it, in the
+    proof's program mode."""
     if recipe.module_file is not None:
-        return torch.load(recipe.module_file, weights_only=False).eval()
+        model = torch.load(recipe.module_file, weights_only=False)
+        return in_program_mode(model, recipe.program_mode)
     if is_hf_spec(recipe.spec):
         factory = hf_factory(recipe.spec, recipe.settings)
     else:
@@ -142,7 +145,7 @@ def build_model(recipe: Recipe) -> nn.Module:
     except Exception as err:
         name = getattr(factory, "__name__", "factory")
         raise _Failed("error", f"factory {name}() raised {type(err).__name__}: {err}") from err
-    return model.eval()
+    return in_program_mode(model, recipe.program_mode)
 
 
 def _stand_ins(recipe: Recipe) -> tuple:
@@ -283,7 +286,7 @@ def build_stage(recipe: Recipe, index: int, layers: list[int], num_stages: int):
         names = global_names(module, recipe.layout, layers, model)
     except GraphcheckError as err:
         raise _Failed("error", f"stage {index}: {err}") from err
-    return module.eval(), names
+    return in_program_mode(module, recipe.program_mode), names
 
 
 def _own_layout(

@@ -30,7 +30,13 @@ from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.messages import kernel_message
 from graphcheck.gate.runner import logits_of
 from graphcheck.model.hf import hf_factory, is_hf_spec
-from graphcheck.model.load import default_dtype, parse_spec, resolve_factory
+from graphcheck.model.load import (
+    ProgramMode,
+    default_dtype,
+    in_program_mode,
+    parse_spec,
+    resolve_factory,
+)
 
 __all__ = [
     "build_real",
@@ -74,15 +80,19 @@ def seeded(seed: int):
         yield
 
 
-def build_real(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
-    """``factory()`` on seeded real bf16 weights, in eval mode."""
+def build_real(
+    factory: Callable[[], nn.Module],
+    seed: int,
+    program_mode: ProgramMode | str = ProgramMode.TRAIN,
+) -> nn.Module:
+    """``factory()`` on seeded real bf16 weights, in ``program_mode`` (train or eval)."""
     try:
         with seeded(seed), default_dtype(torch.bfloat16):
             model = factory()
     except Exception as err:
         name = getattr(factory, "__name__", "factory")
         raise ModelLoadError(f"factory {name}() raised {type(err).__name__}: {err}") from err
-    return model.eval()
+    return in_program_mode(model, program_mode)
 
 
 def vocab_size(model: nn.Module, explorer: Explorer) -> int:

@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
+from enum import StrEnum
 from pathlib import Path
 
 import torch
@@ -25,7 +26,44 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphcheck.errors import ModelLoadError, UsageError
 
-__all__ = ["build_fake", "default_dtype", "fake_mode", "parse_spec", "resolve_factory"]
+__all__ = [
+    "ProgramMode",
+    "as_program_mode",
+    "build_fake",
+    "default_dtype",
+    "fake_mode",
+    "in_program_mode",
+    "parse_spec",
+    "resolve_factory",
+]
+
+
+class ProgramMode(StrEnum):
+    """Which program of the model graphcheck proves and runs: the one ``model.train()``
+    gives (what pipeline-parallel training runs; the default) or the one
+    ``model.eval()`` gives. Modules that pick a kernel by ``self.training`` (a
+    short-T path in eval, dropout) run a different program in each.
+
+    >>> as_program_mode("eval"), as_program_mode(ProgramMode.TRAIN)
+    (<ProgramMode.EVAL: 'eval'>, <ProgramMode.TRAIN: 'train'>)
+    """
+
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+def as_program_mode(value: ProgramMode | str) -> ProgramMode:
+    """``value`` as a :class:`ProgramMode`; a :class:`UsageError` naming the choices."""
+    try:
+        return ProgramMode(value)
+    except ValueError:
+        choices = " or ".join(ProgramMode)
+        raise UsageError(f"unknown program mode {value!r}: use {choices}") from None
+
+
+def in_program_mode(model: nn.Module, mode: ProgramMode | str) -> nn.Module:
+    """``model`` (and every submodule) put in ``mode``: ``model.train()`` or ``.eval()``."""
+    return model.train(as_program_mode(mode) is ProgramMode.TRAIN)
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -90,8 +128,13 @@ def fake_mode() -> FakeTensorMode:
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
-def build_fake(factory: Callable[[], nn.Module], mode: FakeTensorMode) -> nn.Module:
-    """Call ``factory`` with bf16 default dtype under ``mode``; check it returns a module."""
+def build_fake(
+    factory: Callable[[], nn.Module],
+    mode: FakeTensorMode,
+    program: ProgramMode | str = ProgramMode.TRAIN,
+) -> nn.Module:
+    """Call ``factory`` with bf16 default dtype under ``mode``; check it returns a module,
+    put in the ``program`` mode (train or eval)."""
     try:
         with mode, default_dtype(torch.bfloat16):
             model = factory()
@@ -100,4 +143,4 @@ def build_fake(factory: Callable[[], nn.Module], mode: FakeTensorMode) -> nn.Mod
         raise ModelLoadError(f"factory {name}() raised {type(err).__name__}: {err}") from err
     if not isinstance(model, nn.Module):
         raise ModelLoadError(f"factory returned {type(model).__name__}, not an nn.Module")
-    return model.eval()
+    return in_program_mode(model, program)

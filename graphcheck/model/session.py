@@ -4,6 +4,8 @@ and the stage builders start from.
 >>> session = Session("fixtures/reference.py:reference")
 >>> session.name, session.layout.num_layers, session.spec is not None
 ('fixtures/reference.py:reference', 8, True)
+>>> session.program_mode, session.module.training
+(<ProgramMode.TRAIN: 'train'>, True)
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from graphcheck.errors import UsageError
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import detect_layout
-from graphcheck.model.load import build_fake, fake_mode, resolve_factory
+from graphcheck.model.load import (
+    ProgramMode,
+    as_program_mode,
+    build_fake,
+    fake_mode,
+    in_program_mode,
+    resolve_factory,
+)
 from graphcheck.varlen import example_batch
 
 __all__ = ["ModelArg", "Session", "portable"]
@@ -28,7 +37,9 @@ ModelArg = str | Callable[[], nn.Module] | nn.Module
 class Session:
     """``model`` (a spec, a factory or a module) built on fake weights, its layout and
     the options every later build repeats (strict export, ``--set``, kernels, the
-    example batch of ``docs``, ``tokens`` and ``token_multiple``)."""
+    example batch of ``docs``, ``tokens`` and ``token_multiple``, and ``program_mode``:
+    ``train``, the default, puts the model in ``model.train()``, ``eval`` in
+    ``model.eval()``, a module given as an object too)."""
 
     def __init__(
         self,
@@ -44,8 +55,10 @@ class Session:
         docs: int | Sequence[int] | None = None,
         tokens: int | None = None,
         token_multiple: int | None = None,
+        program_mode: ProgramMode | str = ProgramMode.TRAIN,
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
+        self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
         self.mode = fake_mode()
         self.strict = strict
         self.settings = dict(settings or {})
@@ -66,14 +79,16 @@ class Session:
 
     def _build(self, model: ModelArg) -> tuple[str, nn.Module]:
         if is_hf_spec(model):
-            return model, build_fake(hf_factory(model, self.settings), self.mode)
+            factory = hf_factory(model, self.settings)
+            return model, build_fake(factory, self.mode, self.program_mode)
         if self.settings:
             raise UsageError("--set applies to hf: models only")
         if isinstance(model, str):
-            return model, build_fake(resolve_factory(model), self.mode)
+            return model, build_fake(resolve_factory(model), self.mode, self.program_mode)
         if isinstance(model, nn.Module):
-            return type(model).__name__, model.eval()
-        return getattr(model, "__qualname__", repr(model)), build_fake(model, self.mode)
+            return type(model).__name__, in_program_mode(model, self.program_mode)
+        name = getattr(model, "__qualname__", repr(model))
+        return name, build_fake(model, self.mode, self.program_mode)
 
 
 def portable(spec: str) -> str:

@@ -1,7 +1,8 @@
 """``--format text``: the report a person reads in a terminal.
 
 ``verify`` shows each cut's crossing set and the diagnostics, ``map`` one line
-per boundary, ``gate`` the static verdict next to the executed comparisons.
+per boundary, ``gate`` the static verdict next to the executed comparisons. The
+header names the program proven (``train mode``: ``model.train()``, or ``eval mode``).
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ if TYPE_CHECKING:
     from graphcheck.analysis.plan import Stage
     from graphcheck.diagnostics import Diagnostic
     from graphcheck.gate.report import ByteCheck, GateReport, IsolationCheck, TrainCheck
-    from graphcheck.report import PlanReport, Report
+    from graphcheck.report import Report
 
 __all__ = ["render"]
 
 
-def render(result: Report | PlanReport | GateReport) -> str:
+def render(result: Report | GateReport) -> str:
     if result.kind == "map":
         return render_map(result)
-    if result.kind == "plan":
-        return render_plan(result)
     if result.kind == "verify":
         return render_text(result)
     return render_gate_text(result)
@@ -34,9 +33,9 @@ def render(result: Report | PlanReport | GateReport) -> str:
 
 def _header(report: Report) -> list[str]:
     lines = [
-        f"graphcheck {__version__} · {report.model} · {report.num_layers} layers · "
-        f"{report.nodes} nodes · export {report.export_seconds:.1f} s · "
-        f"total {report.seconds:.1f} s"
+        f"graphcheck {__version__} · {report.model} · {report.program_mode} mode · "
+        f"{report.num_layers} layers · {report.nodes} nodes · "
+        f"export {report.export_seconds:.1f} s · total {report.seconds:.1f} s"
     ]
     return lines + ([_tokens_line(report.tokens)] if report.tokens else [])
 
@@ -144,102 +143,6 @@ def render_map(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _amount(value: float, metric: str) -> str:
-    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-    return text + (" FLOPs/token" if metric == "flops" else " bytes")
-
-
-def _plan_header(report: PlanReport) -> list[str]:
-    chunks = report.stages * report.virtual
-    what = f"{report.stages} stage{'s' if report.stages > 1 else ''}"
-    if report.virtual > 1:
-        what += f" x {report.virtual} virtual ({chunks} chunks)"
-    doc = report.costs.doc_length
-    cost = (
-        f"FLOPs per token (attention at documents of {doc} tokens)"
-        if report.metric == "flops"
-        else "parameter bytes"
-    )
-    blocked = ", ".join(f"{b['position']} ({','.join(b['codes'])})" for b in report.blocking)
-    lines = [
-        f"graphcheck {__version__} plan · {report.model} · {report.num_layers} layers · "
-        f"{what} · cost: {cost}",
-        f"  legal boundaries: {', '.join(map(str, report.legal)) or 'none'}",
-    ]
-    if blocked:
-        lines.append(f"  illegal boundaries: {blocked}")
-    if report.whole_program:
-        lines.append(f"  whole-program findings spoil every cut: {', '.join(report.whole_program)}")
-    uncounted = [
-        f"{c.name}: {', '.join(c.uncounted)}"
-        for c in (report.costs.first, *report.costs.layers, report.costs.last)
-        if c.uncounted
-    ]
-    if uncounted and report.metric == "flops":
-        lines.append("  not counted (sizes not a multiple of T): " + "; ".join(uncounted))
-    return lines
-
-
-def _chunk_lines(report: PlanReport) -> list[str]:
-    stages = report.proof.stages if report.proof is not None else []
-    rows = []
-    for stage, cost in zip(stages, report.plan.stage_costs, strict=False):
-        name = (
-            f"stage {stage.index}"
-            if report.virtual == 1
-            else f"chunk {stage.index} (rank {stage.index % report.stages})"
-        )
-        rows.append(
-            [
-                _stage_line(stage).replace(f"stage {stage.index}", name, 1).strip(),
-                _amount(cost, report.metric),
-            ]
-        )
-    lines = _table(rows) if rows else []
-    if report.virtual > 1:
-        ranks = report.plan.per_rank(report.stages)
-        lines.append("    per rank: " + ", ".join(_amount(r, report.metric) for r in ranks))
-    return lines
-
-
-def _cuts_flag(found) -> str:
-    return f"--cuts {','.join(map(str, found.cuts))}" if found.cuts else "no cuts"
-
-
-def render_plan(report: PlanReport) -> str:
-    """The plan, each stage's cost, the imbalance against the legality-blind optimum, and
-    the proof of the plan (its ``verify`` report); or why no legal plan exists."""
-    lines = _plan_header(report)
-    blind = report.blind
-    blind_text = (
-        f"the best plan ignoring legality ({_cuts_flag(blind)}): imbalance {blind.imbalance:.2f}"
-    )
-    if report.plan is None:
-        needed = report.stages * report.virtual - 1
-        lines += [
-            "",
-            f"no legal plan: {needed} cut{'s' if needed != 1 else ''} needed, "
-            f"{len(report.legal)} legal boundar{'ies' if len(report.legal) != 1 else 'y'}; "
-            "fix the findings at the illegal boundaries above (graphcheck map shows them) "
-            "or plan fewer stages",
-            f"  {blind_text}",
-            "",
-            "verdict: FAIL (no legal plan)",
-        ]
-        return "\n".join(lines) + "\n"
-    lines += [
-        "",
-        f"plan: {_cuts_flag(report.plan)} · imbalance {report.plan.imbalance:.2f} (max/mean)",
-        f"  {blind_text}",
-        *_chunk_lines(report),
-        "",
-        f"proof of the plan ({_cuts_flag(report.plan)}):",
-        "",
-        render_text(report.proof).rstrip("\n"),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _bytes_line(check: ByteCheck) -> str:
     if check.status == "equal":
         return "staged vs uncut: EQUAL (torch.equal on the logits)"
@@ -315,8 +218,9 @@ def _summary(report: GateReport) -> str:
 def render_gate_text(report: GateReport) -> str:
     tokens = sum(report.docs)
     lines = [
-        f"graphcheck {__version__} gate · {report.model} · {report.num_layers} layers · "
-        f"seed {report.seed} · {len(report.docs)} documents, {tokens} tokens · "
+        f"graphcheck {__version__} gate · {report.model} · {report.program_mode} mode · "
+        f"{report.num_layers} layers · seed {report.seed} · "
+        f"{len(report.docs)} documents, {tokens} tokens · "
         f"total {report.seconds.get('total', 0.0):.1f} s"
     ]
     lines += [_stage_line(s) for s in report.stages]

@@ -109,6 +109,7 @@ class StageRequest:
     kernels: str | None = None
     stand_ins: bool = True
     batch: ExampleBatch = field(default_factory=ExampleBatch)  # the uncut export's example
+    program_mode: str = "train"  # the uncut model's: model.train() or model.eval()
 
 
 def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict, bool]:
@@ -151,7 +152,7 @@ def _build_fresh(request: StageRequest) -> StageProgram:
     factory = (
         hf_factory(spec, dict(request.settings)) if is_hf_spec(spec) else resolve_factory(spec)
     )
-    model = build_fake(factory, mode)
+    model = build_fake(factory, mode, request.program_mode)
     stand_ins = (
         *(BUILTIN if request.stand_ins else ()),
         *(load_kernels(request.kernels) if request.kernels else ()),
@@ -161,6 +162,7 @@ def _build_fresh(request: StageRequest) -> StageProgram:
         return build_stage(
             model, request.layout, builder, mode, request.index, list(request.layers),
             request.num_stages, request.hidden, request.strict, request.builder, request.batch,
+            request.program_mode,
         )  # fmt: skip
 
 
@@ -176,16 +178,19 @@ def build_stage(
     strict: bool = False,
     name: str | None = None,
     batch: ExampleBatch | None = None,
+    program_mode: str | None = None,
 ) -> StageProgram:
     """Build stage ``index`` with ``builder``, export it on the uncut export's example
-    ``batch``, analyse it and summarise it."""
+    ``batch`` in the uncut model's ``program_mode`` (a builder that constructs new
+    modules gets them in train mode), analyse it and summarise it."""
     module = _call_builder(builder, model, mode, index, layers, num_stages, name)
     stage_lay, rename = stage_layout(module, layout, layers, model)
     kind = "input_ids" if index == 0 else "hidden"
     try:
         exported = export_model(
-            module, mode, strict, stage_input=kind, hidden_size=hidden, batch=batch
-        )
+            module, mode, strict, stage_input=kind, hidden_size=hidden, batch=batch,
+            program_mode=program_mode,
+        )  # fmt: skip
         program = analyse(exported, stage_lay)
     except GraphcheckError as err:
         raise reworded(err, f"stage {index}: {err}") from None

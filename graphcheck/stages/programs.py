@@ -76,6 +76,7 @@ def _fresh_stages(session: Session, builder: str, spans: list[list[int]], widths
             kernels,
             session.use_stand_ins,
             session.batch,
+            session.program_mode,
         )
         for index, layers in enumerate(spans)
     ]
@@ -102,6 +103,7 @@ def _local_stages(session: Session, builder, name: str | None, spans, widths):
                     session.strict,
                     name,
                     session.batch,
+                    session.program_mode,
                 )
             )
     return stages
