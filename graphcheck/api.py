@@ -30,10 +30,14 @@ flags of the same names):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 
-from graphcheck.analysis.dataflow import analyse_cuts
+from graphcheck.analysis.balance import balance
+from graphcheck.analysis.cost import DOC_LENGTH, Costs
+from graphcheck.analysis.cost import costs as layer_costs
+from graphcheck.analysis.dataflow import CutAnalysis, analyse_cuts
 from graphcheck.analysis.export import export_model
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse
@@ -41,13 +45,18 @@ from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.errors import AnalysisError, UsageError
 from graphcheck.kernels import patched
 from graphcheck.model.session import ModelArg, Session
-from graphcheck.report import Report
-from graphcheck.rules.gc101_stage_plan_invalid import plan_from_cuts, plan_from_stages
+from graphcheck.report import PlanReport, Report
+from graphcheck.rules.gc101_stage_plan_invalid import (
+    cuts_from_fqns,
+    parse_layout,
+    plan_from_cuts,
+    plan_from_stages,
+)
 from graphcheck.stages import fresh
 from graphcheck.stages.builders import StageBuilder
 from graphcheck.stages.programs import stage_programs
 
-__all__ = ["Explorer", "ModelArg", "cut_map", "verify"]
+__all__ = ["Explorer", "ModelArg", "cut_map", "plan", "verify"]
 
 
 def verify(
@@ -57,6 +66,8 @@ def verify(
     *,
     allow_fp32: Sequence[str] = (),
     stage_builder: str | StageBuilder | None = None,
+    pipeline_layout: str | None = None,
+    fqns_per_stage: Sequence[Sequence[str]] | None = None,
     **options,
 ) -> Report:
     """Prove every cut of a stage plan (``cuts`` or an even split into ``stages``).
@@ -65,15 +76,60 @@ def verify(
     prove that each stage's own program equals its slice of the uncut program.
     ``allow_fp32`` adds globs to the default allowlist (``*.A_log``, ``*.dt_bias``),
     as ``--allow-fp32`` does. Raises :class:`graphcheck.errors.GraphcheckError` when
-    it cannot verify.
+    it cannot verify. ``pipeline_layout`` (a Megatron-style layout string, ``"E|t*4|t*4|L"``)
+    or ``fqns_per_stage`` (torchtitan-style module FQNs per stage) give the plan instead
+    (``--layout``, ``--fqns-per-stage``).
     """
     explorer = Explorer(model, allow_fp32=allow_fp32, **options)
+    cuts = explorer.written_cuts(cuts, stages, pipeline_layout, fqns_per_stage)
     return explorer.verify(cuts, stages, stage_builder=stage_builder)
 
 
-def cut_map(model: ModelArg, *, allow_fp32: Sequence[str] = (), **options) -> Report:
-    """Judge every boundary 0..L as the only cut, from one export and one sweep."""
-    return Explorer(model, allow_fp32=allow_fp32, **options).map()
+def cut_map(
+    model: ModelArg, *, allow_fp32: Sequence[str] = (), doc_length: int = DOC_LENGTH, **options
+) -> Report:
+    """Judge every boundary 0..L as the only cut, from one export and one sweep; the
+    report's ``costs`` is the cost model (attention at documents of ``doc_length``)."""
+    return Explorer(model, allow_fp32=allow_fp32, **options).map(doc_length)
+
+
+def plan(
+    model: ModelArg,
+    stages: int,
+    *,
+    virtual: int = 1,
+    cost: str = "flops",
+    doc_length: int = DOC_LENGTH,
+    allow_fp32: Sequence[str] = (),
+    **options,
+) -> PlanReport:
+    """The cuts that minimise the most expensive of ``stages`` stages (``stages·virtual``
+    chunks for an interleaved schedule), cutting only where the map proves a boundary
+    legal, and their proof (a :func:`verify` of those cuts, on the same export).
+
+    ``cost`` is ``"flops"`` (matmul and attention FLOPs per token, attention at
+    documents of ``doc_length`` tokens) or ``"params"`` (parameter bytes); the search is
+    :func:`graphcheck.analysis.balance.balance`. ``report.plan`` is ``None`` (exit status
+    1) when no legal plan exists; ``report.blocking`` names the illegal boundaries.
+    """
+    explorer = Explorer(model, allow_fp32=allow_fp32, **options)
+    return explorer.balanced(stages, virtual=virtual, cost=cost, doc_length=doc_length)
+
+
+def _chunks(stages: int, virtual: int, cost: str, doc_length: int, num_layers: int) -> int:
+    """``stages·virtual``, checked before any export (a usage error otherwise)."""
+    if cost not in ("flops", "params"):
+        raise UsageError(f"--cost {cost!r}: use flops or params")
+    if doc_length < 1:
+        raise UsageError(f"--doc-length {doc_length} must be at least 1")
+    chunks = stages * virtual
+    if stages < 1 or virtual < 1 or chunks > num_layers + 2:
+        raise UsageError(
+            f"GC101 stage-plan-invalid: --stages {stages} --virtual {virtual} asks for "
+            f"{chunks} stages; a {num_layers}-layer model has 1 to {num_layers + 2} (the "
+            "embedding and the head may stand alone)"
+        )
+    return chunks
 
 
 class Explorer:
@@ -158,13 +214,71 @@ class Explorer:
         report.stages = plan.with_modules(layout.input_fqns, layout.output_fqns)
         return report
 
-    def map(self) -> Report:
+    def map(self, doc_length: int = DOC_LENGTH) -> Report:
         """Judge every boundary 0..L as the only cut; see :func:`cut_map`."""
         start = time.perf_counter() - self._take_setup()
+        ctx = Context(self.program, self.boundaries, None, self.allow_fp32)
+        report = _report(self.session.name, ctx, "map", start)
+        report.costs = self.costs(doc_length).as_dict()
+        return report
+
+    @functools.cached_property
+    def boundaries(self) -> list[CutAnalysis]:
+        """Every boundary 0..L analysed as the only cut (one sweep, kept)."""
         program = self.program
-        positions = list(range(program.num_layers + 1))
-        ctx = Context(program, analyse_cuts(program, positions), None, self.allow_fp32)
-        return _report(self.session.name, ctx, "map", start)
+        return analyse_cuts(program, list(range(program.num_layers + 1)))
+
+    def costs(self, doc_length: int = DOC_LENGTH) -> Costs:
+        """Per-layer costs read from the export: parameter bytes, FLOPs per token
+        (attention at documents of ``doc_length`` tokens) and the bytes per token
+        crossing each boundary (:mod:`graphcheck.analysis.cost`)."""
+        return layer_costs(self.program, self.boundaries, doc_length)
+
+    def written_cuts(
+        self,
+        cuts: Sequence[int] | None = None,
+        stages: int | None = None,
+        pipeline_layout: str | None = None,
+        fqns_per_stage: Sequence[Sequence[str]] | None = None,
+    ) -> Sequence[int] | None:
+        """``cuts``, or the cuts of a plan as users write it: a Megatron-style layout
+        string (``"E|t*4|t*4|L"``) or a torchtitan-style list of module FQNs per stage;
+        at most one of the four (checked before any export)."""
+        if pipeline_layout is None and fqns_per_stage is None:
+            return cuts
+        given = (cuts, stages, pipeline_layout, fqns_per_stage)
+        if sum(x is not None for x in given) > 1:
+            raise UsageError("give one stage plan: --cuts, --stages, --layout or --fqns-per-stage")
+        if pipeline_layout is not None:
+            return parse_layout(pipeline_layout, self.num_layers)
+        return cuts_from_fqns([list(s) for s in fqns_per_stage], self.session.layout)
+
+    def balanced(
+        self,
+        stages: int,
+        *,
+        virtual: int = 1,
+        cost: str = "flops",
+        doc_length: int = DOC_LENGTH,
+    ) -> PlanReport:
+        """The legal plan of ``stages`` stages (``stages·virtual`` chunks) whose most
+        expensive stage is least, and its proof; see :func:`plan`."""
+        start = time.perf_counter() - self._take_setup()
+        chunks = _chunks(stages, virtual, cost, doc_length, self.num_layers)
+        cut_map = self.map(doc_length)
+        model_costs = self.costs(doc_length)
+        first, layers, last = model_costs.values(cost)
+        legal = cut_map.legal_cuts()
+        found = balance(layers, chunks, legal, first, last)
+        proof = self.verify(list(found.cuts)) if found is not None else None
+        return PlanReport(
+            self.session.name, self.num_layers, stages, virtual, cost, model_costs, found,
+            balance(layers, chunks, None, first, last), legal,
+            [{"position": c.position, "codes": sorted(set(c.codes))} for c in cut_map.cuts
+             if c.verdict == "fail"],
+            sorted({d.code for d in cut_map.errors if d.cut is None}), proof,
+            seconds=time.perf_counter() - start,
+        )  # fmt: skip
 
     def _take_setup(self) -> float:
         """Model build time not yet charged to a report (charged to the first one)."""

@@ -123,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
     plan = verify.add_mutually_exclusive_group(required=True)
     plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
     plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
+    plan.add_argument(
+        "--layout",
+        metavar="LAYOUT",
+        help="a Megatron-style layout: E embedding, t decoder layer, L loss/head, | between "
+        "stages, t*4 repeats (e.g. E|t*4|t*4|L)",
+    )
+    plan.add_argument(
+        "--fqns-per-stage",
+        metavar="JSON",
+        help='module FQNs per stage, torchtitan style: [["model.embed_tokens", '
+        '"model.layers.0"], ["model.layers.1", "model.norm", "lm_head"]]',
+    )
     verify.add_argument(
         "--stage-builder",
         metavar="NAME|FILE.py:FN",
@@ -135,10 +147,42 @@ def build_parser() -> argparse.ArgumentParser:
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
     _batch_options(cutmap)
+    _doc_length(cutmap)
+    _plan_parser(sub)
     _gate_parser(sub)
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
     rules.add_argument("code", nargs="?", metavar="CODE", help="a rule code, e.g. GC203")
     return parser
+
+
+def _doc_length(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--doc-length",
+        type=int,
+        default=4096,
+        metavar="D",
+        help="mean document length attention FLOPs are counted at (default 4096)",
+    )
+
+
+def _plan_parser(sub) -> None:
+    plan = sub.add_parser(
+        "plan", help="the balanced legal plan: cuts minimising the most expensive stage"
+    )
+    plan.add_argument("model", metavar="MODEL")
+    plan.add_argument("--stages", type=int, required=True, metavar="S", help="pipeline stages")
+    plan.add_argument(
+        "--virtual", type=int, default=1, metavar="V", help="chunks per stage (interleaved)"
+    )
+    plan.add_argument(
+        "--cost",
+        choices=["flops", "params"],
+        default="flops",
+        help="balance FLOPs per token (default) or parameter bytes",
+    )
+    _doc_length(plan)
+    _layout_options(plan)
+    _batch_options(plan)
 
 
 def _gate_parser(sub) -> None:
@@ -191,7 +235,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     from graphcheck import api
     from graphcheck.model.hf import parse_settings
     from graphcheck.report import render
-    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts
+    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
 
     options = {
         "layers": args.layers,
@@ -211,11 +255,20 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     )
     if args.command == "verify":
         cuts = parse_cuts(args.cuts) if args.cuts is not None else None
+        fqns = args.fqns_per_stage
         result = api.verify(
-            args.model, cuts, args.stages, stage_builder=args.stage_builder, **options
-        )
+            args.model, cuts, args.stages, stage_builder=args.stage_builder,
+            pipeline_layout=args.layout,
+            fqns_per_stage=parse_fqns_per_stage(fqns) if fqns is not None else None,
+            **options,
+        )  # fmt: skip
+    elif args.command == "plan":
+        result = api.plan(
+            args.model, args.stages, virtual=args.virtual, cost=args.cost,
+            doc_length=args.doc_length, **options,
+        )  # fmt: skip
     else:
-        result = api.cut_map(args.model, **options)
+        result = api.cut_map(args.model, doc_length=args.doc_length, **options)
     return render(result, args.format), result.exit_code
 
 

@@ -23,7 +23,7 @@ from graphcheck.analysis.dataflow import Crossing, CutAnalysis
 from graphcheck.analysis.plan import Stage
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CutReport", "Report", "formats", "render"]
+__all__ = ["CutReport", "PlanReport", "Report", "formats", "render"]
 
 
 @dataclass
@@ -55,6 +55,7 @@ class Report:
     export_seconds: float = 0.0
     seconds: float = 0.0
     nodes: int = 0
+    costs: dict | None = None  # map: the cost model (graphcheck.analysis.cost)
     stage_programs: list[dict] = field(default_factory=list)  # with a stage builder
     tokens: dict | None = None  # for which T the proof holds (Exported.tokens)
     program_mode: str = "train"  # the program proven: model.train() or model.eval()
@@ -122,7 +123,64 @@ class Report:
             "export_seconds": round(self.export_seconds, 3),
             "seconds": round(self.seconds, 3),
             "nodes": self.nodes,
+            **({"costs": self.costs} if self.costs is not None else {}),
             **({"tokens": self.tokens} if self.tokens is not None else {}),
+        }
+
+
+@dataclass
+class PlanReport:
+    """The result of ``plan``: the balanced legal plan (``None`` when none exists), the
+    best plan that ignores legality, the boundaries that block, the costs planned on,
+    and the proof of the plan (a ``verify`` :class:`Report` of its cuts)."""
+
+    model: str
+    num_layers: int
+    stages: int
+    virtual: int
+    metric: str  # "flops" (per token) or "params" (bytes)
+    costs: object  # graphcheck.analysis.cost.Costs
+    plan: object | None  # graphcheck.analysis.balance.Balance
+    blind: object | None  # the best plan over every boundary 0..L
+    legal: list[int] = field(default_factory=list)
+    blocking: list[dict] = field(default_factory=list)  # illegal boundaries: position, codes
+    whole_program: list[str] = field(default_factory=list)  # codes that spoil every cut
+    proof: Report | None = None
+    seconds: float = 0.0
+    kind: str = "plan"
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.proof is not None and self.proof.verdict == "pass" else "fail"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "pass" else 1
+
+    def as_dict(self) -> dict:
+        def plan(found) -> dict | None:
+            if found is None:
+                return None
+            ranks = {"per_rank": found.per_rank(self.stages)} if self.virtual > 1 else {}
+            return found.as_dict() | ranks
+
+        return {
+            "graphcheck": __version__,
+            "model": self.model,
+            "mode": "plan",
+            "verdict": self.verdict,
+            "num_layers": self.num_layers,
+            "stages": self.stages,
+            "virtual": self.virtual,
+            "cost": self.metric,
+            "plan": plan(self.plan),
+            "blind": plan(self.blind),
+            "legal_cuts": self.legal,
+            "blocking": self.blocking,
+            "whole_program": self.whole_program,
+            "costs": self.costs.as_dict(),
+            "proof": self.proof.as_dict() if self.proof is not None else None,
+            "seconds": round(self.seconds, 3),
         }
 
 

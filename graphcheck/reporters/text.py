@@ -18,14 +18,16 @@ if TYPE_CHECKING:
     from graphcheck.analysis.plan import Stage
     from graphcheck.diagnostics import Diagnostic
     from graphcheck.gate.report import ByteCheck, GateReport, IsolationCheck, TrainCheck
-    from graphcheck.report import Report
+    from graphcheck.report import PlanReport, Report
 
 __all__ = ["render"]
 
 
-def render(result: Report | GateReport) -> str:
+def render(result: Report | PlanReport | GateReport) -> str:
     if result.kind == "map":
         return render_map(result)
+    if result.kind == "plan":
+        return render_plan(result)
     if result.kind == "verify":
         return render_text(result)
     return render_gate_text(result)
@@ -140,6 +142,102 @@ def render_map(report: Report) -> str:
             lines.extend("  " + line for line in _diagnostic_lines(d))
     legal = report.legal_cuts()
     lines += ["", f"legal cuts: {', '.join(map(str, legal)) if legal else 'none'}"]
+    return "\n".join(lines) + "\n"
+
+
+def _amount(value: float, metric: str) -> str:
+    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    return text + (" FLOPs/token" if metric == "flops" else " bytes")
+
+
+def _plan_header(report: PlanReport) -> list[str]:
+    chunks = report.stages * report.virtual
+    what = f"{report.stages} stage{'s' if report.stages > 1 else ''}"
+    if report.virtual > 1:
+        what += f" x {report.virtual} virtual ({chunks} chunks)"
+    doc = report.costs.doc_length
+    cost = (
+        f"FLOPs per token (attention at documents of {doc} tokens)"
+        if report.metric == "flops"
+        else "parameter bytes"
+    )
+    blocked = ", ".join(f"{b['position']} ({','.join(b['codes'])})" for b in report.blocking)
+    lines = [
+        f"graphcheck {__version__} plan · {report.model} · {report.num_layers} layers · "
+        f"{what} · cost: {cost}",
+        f"  legal boundaries: {', '.join(map(str, report.legal)) or 'none'}",
+    ]
+    if blocked:
+        lines.append(f"  illegal boundaries: {blocked}")
+    if report.whole_program:
+        lines.append(f"  whole-program findings spoil every cut: {', '.join(report.whole_program)}")
+    uncounted = [
+        f"{c.name}: {', '.join(c.uncounted)}"
+        for c in (report.costs.first, *report.costs.layers, report.costs.last)
+        if c.uncounted
+    ]
+    if uncounted and report.metric == "flops":
+        lines.append("  not counted (sizes not a multiple of T): " + "; ".join(uncounted))
+    return lines
+
+
+def _chunk_lines(report: PlanReport) -> list[str]:
+    stages = report.proof.stages if report.proof is not None else []
+    rows = []
+    for stage, cost in zip(stages, report.plan.stage_costs, strict=False):
+        name = (
+            f"stage {stage.index}"
+            if report.virtual == 1
+            else f"chunk {stage.index} (rank {stage.index % report.stages})"
+        )
+        rows.append(
+            [
+                _stage_line(stage).replace(f"stage {stage.index}", name, 1).strip(),
+                _amount(cost, report.metric),
+            ]
+        )
+    lines = _table(rows) if rows else []
+    if report.virtual > 1:
+        ranks = report.plan.per_rank(report.stages)
+        lines.append("    per rank: " + ", ".join(_amount(r, report.metric) for r in ranks))
+    return lines
+
+
+def _cuts_flag(found) -> str:
+    return f"--cuts {','.join(map(str, found.cuts))}" if found.cuts else "no cuts"
+
+
+def render_plan(report: PlanReport) -> str:
+    """The plan, each stage's cost, the imbalance against the legality-blind optimum, and
+    the proof of the plan (its ``verify`` report); or why no legal plan exists."""
+    lines = _plan_header(report)
+    blind = report.blind
+    blind_text = (
+        f"the best plan ignoring legality ({_cuts_flag(blind)}): imbalance {blind.imbalance:.2f}"
+    )
+    if report.plan is None:
+        needed = report.stages * report.virtual - 1
+        lines += [
+            "",
+            f"no legal plan: {needed} cut{'s' if needed != 1 else ''} needed, "
+            f"{len(report.legal)} legal boundar{'ies' if len(report.legal) != 1 else 'y'}; "
+            "fix the findings at the illegal boundaries above (graphcheck map shows them) "
+            "or plan fewer stages",
+            f"  {blind_text}",
+            "",
+            "verdict: FAIL (no legal plan)",
+        ]
+        return "\n".join(lines) + "\n"
+    lines += [
+        "",
+        f"plan: {_cuts_flag(report.plan)} · imbalance {report.plan.imbalance:.2f} (max/mean)",
+        f"  {blind_text}",
+        *_chunk_lines(report),
+        "",
+        f"proof of the plan ({_cuts_flag(report.plan)}):",
+        "",
+        render_text(report.proof).rstrip("\n"),
+    ]
     return "\n".join(lines) + "\n"
 
 
