@@ -31,6 +31,7 @@ class CutReport:
     position: int
     crossing: list[Crossing]
     codes: list[str] = field(default_factory=list)
+    state: dict | None = None  # the state the cut hands over: name, declared, node, dtype, shape
 
     @property
     def verdict(self) -> str:
@@ -41,6 +42,7 @@ class CutReport:
             "position": self.position,
             "verdict": self.verdict,
             "crossing": [c.as_dict() for c in self.crossing],
+            "state": self.state,
         }
 
 
@@ -68,14 +70,16 @@ class Report:
         num_layers: int,
         cuts: list[CutAnalysis],
         diagnostics: list[Diagnostic],
+        states: dict[int, dict] | None = None,
         **timings,
     ) -> Report:
         """The report of ``diagnostics`` over analysed ``cuts``: each cut with its crossing
-        set and the codes of the errors found at it."""
+        set, the state it hands over (``states``) and the codes of the errors found at it."""
         reports = []
         for cut in cuts:
             here = [d for d in diagnostics if d.cut == cut.position and d.severity == "error"]
-            reports.append(CutReport(cut.position, cut.crossing, [d.code for d in here]))
+            state = (states or {}).get(cut.position)
+            reports.append(CutReport(cut.position, cut.crossing, [d.code for d in here], state))
         return cls(model, num_layers, mode, cuts=reports, diagnostics=diagnostics, **timings)
 
     @property
