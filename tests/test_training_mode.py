@@ -16,6 +16,7 @@ import graphcheck
 from graphcheck.errors import GateError, UsageError
 from graphcheck.gate.run import Gate
 from graphcheck.model.session import Session
+from graphcheck.report import render
 from graphcheck.rules.gc304_random_op_in_program import random_reason
 
 HYBRID = spec("training:kernel_by_training")
@@ -78,6 +79,14 @@ def test_dropout_message_names_the_op_the_module_the_line_and_the_fix():
     assert "set the dropout probability to 0" in first.message
     assert "--set attention_dropout=0" in first.message and "--mode eval" in first.message
     assert first.source.startswith("fixtures/training.py:") and "self.dropout(" in first.source
+
+
+def test_map_of_a_program_with_random_ops_has_no_legal_cut():
+    report = explorer("training:dropout_layer").map()  # the export the verify above read
+    text = render(report)
+    assert " · train mode · " in text.splitlines()[0]
+    assert report.legal_cuts() == []
+    assert "whole-program findings (4); no cut is legal until they are fixed" in text
 
 
 def _call(target, *args, **kwargs) -> torch.fx.Node:
