@@ -176,3 +176,14 @@ def test_rebuilt_stages_run_the_eval_program(model):
     report = graphcheck.verify(model, cuts=[2], stage_builder="rebuild", program_mode="eval")
     assert "GC401" in report.codes
     assert not {"GC301", "GC303"} & report.codes
+
+
+# --- attention dropout of transformers models ----------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "codes"), [("train", {"GC304"}), ("eval", set())])
+def test_attention_dropout_through_the_varlen_kernel_is_a_random_op(mode, codes):
+    # the varlen kernel draws no dropout itself: the program must still show it in train mode
+    settings = {"num_hidden_layers": 2, "attention_dropout": 0.1}
+    report = graphcheck.verify("hf:llama", cuts=[1], settings=settings, program_mode=mode)
+    assert report.codes == codes

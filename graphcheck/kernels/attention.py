@@ -16,6 +16,11 @@ attention sinks (``s_aux``) or logit softcapping, which ``varlen_attn`` lacks.
 A model that drops the varlen keyword arguments on the way to its attention
 layers gets one document spanning the whole row: the graph then shows
 boundaries made from T, and GC401 reports the leak.
+
+Attention dropout (transformers passes ``dropout=attention_dropout`` in training) is
+random: neither kernel draws it, so a probability above 0 puts a dropout of that
+probability on the attention output, and the program shows the random op (GC304)
+instead of silently proving a deterministic program the model does not run.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def varlen_attention_forward(
         out = ops.varlen_attention(
             q, k, v, cu_q, cu_k, max_q, max_k, scale, left, causal, softcap or 0.0, s_aux
         )
-        return out[None], None
+        return _dropped(out, dropout)[None], None
     v_dim = v.shape[-1]
     if v_dim != q.shape[-1]:  # MLA: pad v to the q/k head dim, crop the output
         v = F.pad(v, [0, q.shape[-1] - v_dim])
@@ -79,7 +84,12 @@ def varlen_attention_forward(
         window_size=(left, 0 if causal else -1),
         enable_gqa=q.shape[1] != k.shape[1],
     )
-    return out[None, ..., :v_dim], None
+    return _dropped(out, dropout)[None, ..., :v_dim], None
+
+
+def _dropped(out: torch.Tensor, dropout: float) -> torch.Tensor:
+    """``out`` with the layer's attention dropout, when it has one (see the module doc)."""
+    return F.dropout(out, dropout, training=True) if dropout else out
 
 
 def _boundaries(q: torch.Tensor, kwargs: dict):
