@@ -18,7 +18,8 @@ rules table: ``scripts/rules_table.py``):
   "Why it matters", "Example" and "Fix";
 * ``check(ctx) -> list[Diagnostic]``.
 
-GC3xx are the stage-program equivalence rules: they run with a stage builder.
+GC301-GC303 are the stage-program equivalence rules: they run with a stage builder.
+GC304 (a random op) judges the proven program itself, on every ``verify`` and ``map``.
 """
 
 from __future__ import annotations
