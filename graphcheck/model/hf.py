@@ -100,6 +100,7 @@ TINY: dict[str, object] = {
     "encoder_ffn_dim": 128,
     "n_shared_experts": 1,
     "d_head": 16,
+    "rotary_dim": 8,  # partial rotary embeddings: a part of the head dim
 }
 # Per-family settings a tiny config cannot do without, each for a reason the family states
 # (a validator or a shape rule of its modeling code); applied after TINY, None drops a key.
@@ -330,6 +331,8 @@ def _tiny_config(model_type: str, spec: str) -> tuple[str, dict[str, object]]:
     if _has(defaults, "qk_rope_head_dim"):  # MLA: head dims come from the rope/nope split
         base.pop("head_dim", None)
         base["num_key_value_heads"] = base["num_attention_heads"]
+        if _get(defaults, "head_dim") == _get(defaults, "qk_rope_head_dim"):  # the rope dim
+            base["head_dim"] = base["qk_rope_head_dim"]
     base.update(QUIRKS.get(model_type, {}))
     base = {k: v for k, v in base.items() if v is not None}
     if isinstance(defaults.to_dict().get("per_layer_config"), dict):
