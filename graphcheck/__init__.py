@@ -8,7 +8,7 @@ cut carries exactly one materialized bf16 residual between decoder layers.
 from __future__ import annotations
 
 from graphcheck._version import __version__
-from graphcheck.api import cut_map, verify
+from graphcheck.api import cut_map, explore, verify
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import (
     AnalysisError,
@@ -34,6 +34,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "cut_map",
+    "explore",
     "gate",
     "verify",
 ]

@@ -56,7 +56,7 @@ from graphcheck.stages import fresh
 from graphcheck.stages.builders import StageBuilder
 from graphcheck.stages.programs import stage_programs
 
-__all__ = ["Explorer", "ModelArg", "cut_map", "plan", "verify"]
+__all__ = ["Explorer", "ModelArg", "cut_map", "explore", "plan", "verify"]
 
 
 def verify(
@@ -114,6 +114,33 @@ def plan(
     """
     explorer = Explorer(model, allow_fp32=allow_fp32, **options)
     return explorer.balanced(stages, virtual=virtual, cost=cost, doc_length=doc_length)
+
+
+def explore(
+    model: ModelArg | Explorer,
+    stages: int = 4,
+    *,
+    cost: str = "flops",
+    doc_length: int = DOC_LENGTH,
+    allow_fp32: Sequence[str] = (),
+    **options,
+):
+    """The cut explorer as a Jupyter widget (anywidget: ``pip install 'graphcheck[notebook]'``):
+    every boundary legal or not with its rule codes, each layer's kind and cost, the
+    crossing set of a clicked boundary, and the best balanced legal plan of ``stages``
+    stages, which clicks edit. ``model`` may be an :class:`Explorer` (its export is
+    reused); ``widget.data`` is the view document, the same one ``map --html`` inlines.
+    """
+    from graphcheck.reporters.view import document
+    from graphcheck.reporters.view.widget import widget_class
+
+    widget_class()  # anywidget missing: say so before any export
+    if isinstance(model, Explorer):
+        explorer = model
+    else:
+        explorer = Explorer(model, allow_fp32=allow_fp32, **options)
+    _chunks(stages, 1, cost, doc_length, explorer.num_layers)
+    return widget_class()(data=document(explorer, stages, metric=cost, doc_length=doc_length))
 
 
 def _chunks(stages: int, virtual: int, cost: str, doc_length: int, num_layers: int) -> int:

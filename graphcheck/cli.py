@@ -148,11 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
     _layout_options(cutmap)
     _batch_options(cutmap)
     _doc_length(cutmap)
+    _html_option(cutmap)
     _plan_parser(sub)
     _gate_parser(sub)
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
     rules.add_argument("code", nargs="?", metavar="CODE", help="a rule code, e.g. GC203")
     return parser
+
+
+def _html_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the cut explorer: one self-contained page (boundaries, layer "
+        "kinds, costs, crossing sets, an editable balanced plan)",
+    )
 
 
 def _doc_length(parser: argparse.ArgumentParser) -> None:
@@ -181,6 +191,7 @@ def _plan_parser(sub) -> None:
         help="balance FLOPs per token (default) or parameter bytes",
     )
     _doc_length(plan)
+    _html_option(plan)
     _layout_options(plan)
     _batch_options(plan)
 
@@ -262,6 +273,8 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
             fqns_per_stage=parse_fqns_per_stage(fqns) if fqns is not None else None,
             **options,
         )  # fmt: skip
+    elif args.html is not None or args.format == "html":
+        return _explore(args, options)
     elif args.command == "plan":
         result = api.plan(
             args.model, args.stages, virtual=args.virtual, cost=args.cost,
@@ -270,6 +283,42 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     else:
         result = api.cut_map(args.model, doc_length=args.doc_length, **options)
     return render(result, args.format), result.exit_code
+
+
+def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
+    """``map`` or ``plan`` with the cut explorer's page (``--html FILE``, ``--format html``):
+    the report and the page from one explorer, so one export."""
+    from graphcheck import api
+    from graphcheck.report import render
+    from graphcheck.reporters.view import CutView, document
+
+    explorer = api.Explorer(args.model, **options)
+    if args.command == "plan":
+        result = explorer.balanced(
+            args.stages, virtual=args.virtual, cost=args.cost, doc_length=args.doc_length
+        )
+        stages, virtual, metric = args.stages, args.virtual, args.cost
+    else:
+        result = explorer.map(args.doc_length)
+        stages, virtual, metric = 4, 1, "flops"
+    data = document(explorer, stages, virtual=virtual, metric=metric, doc_length=args.doc_length)
+    view = CutView(data, result.exit_code)
+    if args.html is not None:
+        with open(args.html, "w", encoding="utf-8") as handle:
+            handle.write(render(view, "html"))
+    return render(view if args.format == "html" else result, args.format), result.exit_code
+
+
+def _check_html(args: argparse.Namespace) -> None:
+    """``--format html`` and ``--html FILE`` checked before any export."""
+    if args.format == "html" and args.command not in ("map", "plan"):
+        raise UsageError(
+            f"--format html shows the cut explorer: use it with graphcheck map or plan, "
+            f"not {args.command}"
+        )
+    folder = os.path.dirname(os.path.abspath(args.html)) if getattr(args, "html", None) else None
+    if folder is not None and not os.path.isdir(folder):
+        raise UsageError(f"--html {args.html}: the folder {folder} does not exist; create it first")
 
 
 def _rules(code: str | None) -> str:
@@ -328,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rules":
             sys.stdout.write(_rules(args.code))
             return 0
+        _check_html(args)
         with _prints_to_stderr(), _quiet():
             rendered, code = _run(args)
         if args.output:

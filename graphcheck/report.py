@@ -191,8 +191,8 @@ class PlanReport:
 def formats() -> list[str]:
     """The output formats: one per module of :mod:`graphcheck.reporters`.
 
-    >>> formats()[:2]
-    ['json', 'text']
+    >>> formats()
+    ['html', 'json', 'text']
     """
     package = importlib.import_module("graphcheck.reporters")
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
