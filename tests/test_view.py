@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,15 @@ def test_widget_carries_the_document_and_the_pages_script():
     assert math.isclose(sum(widget.data["plans"]["3"]["stage_costs"]), total + widget.data["last"])
     with pytest.raises(graphcheck.UsageError, match="--cost"):
         graphcheck.explore(explorer, 3, cost="bytes")
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_script_and_style(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )  # fmt: skip
+    names = set(zipfile.ZipFile(next(tmp_path.glob("graphcheck-*.whl"))).namelist())
+    for asset in ("cut_map.js", "cut_map.css", "__init__.py", "widget.py"):
+        assert f"graphcheck/reporters/view/{asset}" in names
