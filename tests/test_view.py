@@ -263,3 +263,31 @@ def test_wheel_ships_the_script_and_style(tmp_path):
     names = set(zipfile.ZipFile(next(tmp_path.glob("graphcheck-*.whl"))).namelist())
     for asset in ("cut_map.js", "cut_map.css", "__init__.py", "widget.py"):
         assert f"graphcheck/reporters/view/{asset}" in names
+
+
+@pytest.mark.slow
+def test_example_notebook_runs_and_holds_the_widget_state():
+    pytest.importorskip(
+        "anywidget", reason="the notebook extra: pip install 'graphcheck[notebook]'"
+    )
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(ROOT / "examples" / "cut_explorer.ipynb", as_version=4)
+    client = NotebookClient(
+        notebook, timeout=600, kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "examples")}},
+    )  # fmt: skip
+    client.execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "legal cuts: [0, 1, 8]" in text and "boundary 3: fail ['GC201']" in text
+    assert "plan: --cuts 0,1,8" in text
+    states = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    (widget,) = [s["state"] for s in states.values() if "data" in s["state"]]
+    data = widget["data"]
+    assert widget["_esm"] == script()
+    assert [b["position"] for b in data["boundaries"] if b["legal"]] == [0, 1, 8]
+    assert data["stages"] == 4 and data["plans"]["4"]["cuts"] == [0, 1, 8]
+    assert data["layers"][3]["label"] == "window 17 · dense"
