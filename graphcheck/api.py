@@ -20,7 +20,10 @@ flags of the same names):
   their lengths, ``tokens`` T, and T exported as a multiple of ``token_multiple``;
 * ``program_mode`` - ``"train"`` (the default: the program pipeline-parallel training
   runs, ``model.train()``) or ``"eval"`` (``model.eval()``) (``--mode``); the report
-  names it (``report.program_mode``).
+  names it (``report.program_mode``);
+* ``dtype`` - ``"bfloat16"`` (the default: the factory runs with bf16 as the default
+  dtype) or ``"float32"`` (the model's own dtype, then cast to bf16 but for its fp32
+  carve-outs, which GC501 allows: :mod:`graphcheck.model.dtype`) (``--dtype``).
 
 :func:`verify` also takes ``stage_builder`` (``--stage-builder``): a builtin name
 (``keep-index``, ``moduledict``, ``rebuild``, ``hf-slice``, ``hf-rebuild``),
@@ -44,6 +47,7 @@ from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.errors import AnalysisError, UsageError
 from graphcheck.kernels import patched
+from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import PlanReport, Report
 from graphcheck.rules.gc101_stage_plan_invalid import (
@@ -173,8 +177,9 @@ class Explorer:
 
     def __init__(self, model: ModelArg, *, allow_fp32: Sequence[str] = (), **options) -> None:
         start = time.perf_counter()
-        self.session = Session(model, **options)
-        self.allow_fp32 = tuple(dict.fromkeys((*DEFAULT_ALLOW_FP32, *allow_fp32)))
+        self.session = Session(model, allow_fp32=allow_fp32, **options)
+        declared = self.session.dtype_plan.declared  # the model's carve-outs (--dtype float32)
+        self.allow_fp32 = tuple(dict.fromkeys((*DEFAULT_ALLOW_FP32, *allow_fp32, *declared)))
         self._program: Program | None = None
         self._contexts: dict[tuple[int, ...], Context] = {}
         self._setup = time.perf_counter() - start
@@ -226,6 +231,11 @@ class Explorer:
         """Prove one stage plan; see :func:`verify`."""
         start = time.perf_counter() - self._take_setup()
         plan = self.plan(cuts, stages)
+        if stage_builder is not None and self.session.dtype is not BuildDtype.BFLOAT16:
+            raise UsageError(
+                "--stage-builder builds the stage programs in bfloat16: drop --dtype "
+                f"{self.session.dtype} or --stage-builder"
+            )
         if isinstance(stage_builder, str) and self.session.spec is not None:
             fresh.start()  # stage processes: preload while the uncut model exports
         ctx = self.context(plan)

@@ -72,6 +72,13 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
         help="export the model's own kernel code (no built-in stand-ins)",
     )
     model.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default="bfloat16",
+        help="the default dtype the factory runs under: bfloat16 (default), or float32 (the "
+        "model's own), then cast to bf16 but for its declared fp32 carve-outs",
+    )
+    model.add_argument(
         "--mode",
         choices=[mode.value for mode in ProgramMode],
         default=ProgramMode.TRAIN.value,
@@ -220,6 +227,16 @@ def _gate_parser(sub) -> None:
     )
     gate.add_argument("--seed", type=int, default=0, help="weights and tokens (default 0)")
     gate.add_argument("--docs", metavar="N[,N]", help="document lengths (default 61,17,94,38,5,41)")
+    output = gate.add_mutually_exclusive_group()
+    output.add_argument(
+        "--head",
+        metavar="FQN",
+        help="compare the logits of this head module applied to the hidden states the "
+        "forward returns (e.g. lm_head)",
+    )
+    output.add_argument(
+        "--output-fqn", metavar="FQN", help="compare the output of this module (e.g. model.norm)"
+    )
     _layout_options(gate)
 
 
@@ -233,7 +250,8 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     docs = parse_docs(args.docs)
     result = gate(
         args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
-        docs=docs, train=args.train, mode=args.run_mode, **options,
+        docs=docs, train=args.train, mode=args.run_mode, head=args.head,
+        output_fqn=args.output_fqn, **options,
     )  # fmt: skip
     return render(result, args.format), result.exit_code
 
@@ -257,6 +275,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         "settings": parse_settings(args.settings),
         "kernels": args.kernels,
         "stand_ins": args.stand_ins,
+        "dtype": args.dtype,
         "program_mode": args.program_mode,
     }
     if args.command == "gate":

@@ -6,6 +6,7 @@ the orchestration), :mod:`~graphcheck.gate.weights` (the model on real weights i
 this process), :mod:`~graphcheck.gate.chain` (the stage processes, chained by bf16
 bytes), :mod:`~graphcheck.gate.runner` (what each of those processes runs),
 :mod:`~graphcheck.gate.graph_run` (the partitioned exported graph, in process),
+:mod:`~graphcheck.gate.output` (what is compared: the returned tensor, a head, a module),
 :mod:`~graphcheck.gate.checks` (the comparisons), :mod:`~graphcheck.gate.batch`
 (the packed batch), :mod:`~graphcheck.gate.messages` (one-line failures) and
 :mod:`~graphcheck.gate.report` (the report and its statuses).

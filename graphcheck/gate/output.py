@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 
 from graphcheck.errors import GateError, UsageError
 
-__all__ = ["Compared", "OutputKind", "hidden_tensor", "returned_tensor"]
+__all__ = ["Compared", "OutputKind", "hidden_tensor", "returned_tensor", "wire_tensor"]
 
 _OPTIONS = "pass --output-fqn FQN (a module whose output to compare) or --head FQN"
 LOGITS, HIDDEN = "logits", "last_hidden_state"
@@ -68,7 +69,9 @@ def _first_tensor(out) -> torch.Tensor | None:
     return None
 
 
-def returned_tensor(out, names: tuple[str, ...] = (LOGITS, HIDDEN)) -> torch.Tensor:
+def returned_tensor(
+    out, names: tuple[str, ...] = (LOGITS, HIDDEN), hint: str = _OPTIONS
+) -> torch.Tensor:
     """The tensor a forward returned: the tensor itself, the first of a tuple, or the first
     of ``names`` a ``ModelOutput``, dataclass or dict holds."""
     found = _first_tensor(out)
@@ -78,14 +81,30 @@ def returned_tensor(out, names: tuple[str, ...] = (LOGITS, HIDDEN)) -> torch.Ten
     if found is None:
         known = " or ".join(f"`{n}`" for n in names)
         raise GateError(
-            f"the model returned {type(out).__name__} with no tensor named {known}; {_OPTIONS}"
+            f"the model returned {type(out).__name__} with no tensor named {known}; {hint}"
         )
     return found
 
 
 def hidden_tensor(out) -> torch.Tensor:
     """The hidden states a forward returned (what ``--head`` is applied to)."""
-    return returned_tensor(out, (HIDDEN,))
+    hint = (
+        "--head applies to the returned hidden states (a tensor, a tuple or "
+        "`last_hidden_state`); pass --output-fqn FQN instead"
+    )
+    return returned_tensor(out, (HIDDEN,), hint)
+
+
+def wire_tensor(out) -> torch.Tensor:
+    """What a stage hands on: the tensor :func:`returned_tensor` reads, else the only
+    tensor of the output (a dict of one tensor under any name)."""
+    try:
+        return returned_tensor(out)
+    except GateError:
+        tensors = [v for v in pytree.tree_leaves(out) if isinstance(v, torch.Tensor)]
+        if len(tensors) != 1:
+            raise
+        return tensors[0]
 
 
 @dataclass(frozen=True)

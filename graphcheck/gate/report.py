@@ -37,6 +37,9 @@ __all__ = [
     "TrainStatus",
 ]
 
+# What a report compares unless told otherwise (graphcheck.gate.output.Compared.as_dict)
+RETURNED = {"kind": "returned", "fqn": None, "what": "the tensor the forward returns"}
+
 # Relative tolerance of the isolation comparison when it is not bitwise:
 # max |packed - alone| / max |alone| over a document's logits. Measured on
 # transformers models: a leak gives 0.09-0.8, a correct model at most 0.0065.
@@ -167,6 +170,8 @@ class GateReport:
     mode: RunMode = RunMode.PROCESSES
     train: TrainCheck | None = None
     program_mode: str = "train"  # the program run: model.train() or model.eval()
+    # what was compared: kind (returned, head, module), fqn, what (a sentence), shape
+    compared: dict = field(default_factory=lambda: dict(RETURNED))
 
     kind = "gate"  # what the reporters render
 
@@ -196,6 +201,7 @@ class GateReport:
             "mode": "gate",
             "run": self.mode,
             "program_mode": str(self.program_mode),
+            "compared": self.compared,
             "verdict": self.verdict,
             "num_layers": self.num_layers,
             "cuts": self.cuts,

@@ -39,6 +39,14 @@ refused before anything runs (a :class:`GateError`, exit 2): the staged run draw
 its random numbers in another order than the uncut run, so their bytes would differ
 by the random stream alone.
 
+What is compared is the tensor the forward returns (logits, or the hidden states of a
+framework model whose loss applies the head), ``head`` applied to the returned hidden
+states (``--head lm_head``: logits, also what the training step's loss reads), or the
+output of the module ``output_fqn`` (``--output-fqn model.norm``); the last stage
+reads the same from its own module (:mod:`graphcheck.gate.output`). The report names
+it. With ``dtype="float32"`` (``--dtype``) every process builds the model in fp32 and
+casts it as the proof's fake build did (:mod:`graphcheck.model.dtype`).
+
 A stage that raises is a finding (``bytes: blocked`` with the stage's one-line
 error), never a traceback. ``mode="graph"`` (``--in-process``) is the secondary
 mode: the uncut exported graph partitioned by the proof, run in this process
@@ -83,6 +91,7 @@ from graphcheck.gate.chain import StageChain, in_fresh_process
 from graphcheck.gate.checks import bytes_check, isolation_check, relative, same
 from graphcheck.gate.graph_run import Handover, NodeFailure, RunStagesPass
 from graphcheck.gate.messages import failure_message, not_pipeline_aware, raised, random_ops
+from graphcheck.gate.output import Compared, OutputKind
 from graphcheck.gate.report import (
     ISOLATION_TOLERANCE,
     ByteCheck,
@@ -97,7 +106,8 @@ from graphcheck.gate.weights import (
     build_real,
     call_model,
     feeds,
-    graph_logits,
+    graph_output,
+    graph_tensors,
     real_factory,
     vocab_size,
 )
@@ -122,6 +132,8 @@ def gate(
     allow_fp32: Sequence[str] = (),
     train: bool = False,
     mode: RunMode | str = RunMode.PROCESSES,
+    head: str | None = None,
+    output_fqn: str | None = None,
     **options,
 ) -> GateReport:
     """Prove a stage plan, then run it on real weights and compare the bytes.
@@ -130,9 +142,12 @@ def gate(
     of :func:`graphcheck.verify`; ``docs`` are the document lengths packed into the
     batch; ``train`` also takes one optimizer step on both; ``mode`` is ``processes``
     (a fresh process per stage, the default) or ``graph`` (the partitioned exported
-    graph, in this process). Raises :class:`graphcheck.errors.GraphcheckError` when
-    it cannot run."""
-    runner = Gate(model, seed=seed, allow_fp32=allow_fp32, **options)
+    graph, in this process); ``head`` (``--head``) or ``output_fqn``
+    (``--output-fqn``) names what is compared instead of the returned tensor. Raises
+    :class:`graphcheck.errors.GraphcheckError` when it cannot run."""
+    runner = Gate(
+        model, seed=seed, allow_fp32=allow_fp32, head=head, output_fqn=output_fqn, **options
+    )
     return runner.run(
         cuts, stages, stage_builder=stage_builder, docs=docs, tolerance=tolerance,
         train=train, mode=mode,
@@ -154,11 +169,16 @@ class Gate:
         seed: int = 0,
         explorer: Explorer | None = None,
         allow_fp32: Sequence[str] = (),
+        head: str | None = None,
+        output_fqn: str | None = None,
         **options,
     ) -> None:
         """``explorer``: an existing :class:`Explorer` of the same ``model`` and options,
-        whose export (and proof) the gate reuses."""
+        whose export (and proof) the gate reuses; ``head``, ``output_fqn``: what is
+        compared (:class:`~graphcheck.gate.output.Compared`), checked before any export."""
+        self.compared = Compared(head, output_fqn)
         self.explorer = explorer or Explorer(model, allow_fp32=allow_fp32, **options)
+        self.compared.check(self.explorer.session.module)
         self.seed = seed
         self.spec = model if isinstance(model, str) else None
         self.options = options
@@ -170,8 +190,10 @@ class Gate:
     def model(self) -> nn.Module:
         """The model on real random bf16 weights (built on first use)."""
         if self._model is None:
-            program_mode = self.explorer.session.program_mode
-            self._model = build_real(self._factory, self.seed, program_mode)
+            session = self.explorer.session
+            self._model = build_real(
+                self._factory, self.seed, session.program_mode, session.dtype_plan
+            )
         return self._model
 
     def run(
@@ -186,7 +208,7 @@ class Gate:
         mode: RunMode | str = RunMode.PROCESSES,
     ) -> GateReport:
         """Gate one plan; see :func:`gate`."""
-        mode = _check_mode(mode, stage_builder, train)
+        mode = _check_mode(mode, stage_builder, train, self.compared)
         clock = _Clock()
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
@@ -223,11 +245,12 @@ class Gate:
             stages=static.stages,
             stage_builder=_builder_name(builder),
             handovers=outcome.handovers,
-            export_faithful=same(outcome.exported, outcome.uncut),
+            export_faithful=_same_all(outcome.exported, outcome.returned),
             seconds=clock.seconds(),
             mode=mode,
             train=outcome.train,
             program_mode=static.program_mode,
+            compared={**self.compared.as_dict(), "shape": outcome.shape},
         )
 
     @contextlib.contextmanager
@@ -236,21 +259,27 @@ class Gate:
         with cpu_kernels(), patched(self.model, stand_ins), torch.no_grad(), _single_thread():
             yield
 
-    def _preflight(self, batch: PackedBatch) -> torch.Tensor:
-        """Run the exported uncut program once: every op must run on CPU."""
+    def _preflight(self, batch: PackedBatch) -> list[torch.Tensor]:
+        """Run the exported uncut program once: every op must run on CPU, and what it
+        returns must hold the compared value (an output the gate cannot read stops here,
+        before any process); the tensors it returns."""
         program = self.explorer.program
         runner = RunStagesPass(program, feeds(program, self.model, batch), [], lambda n: 0)
         try:
-            return graph_logits(program, runner.run().outputs)
+            outputs = runner.run().outputs
         except NodeFailure as failure:
             raise GateError(failure_message(failure, "the uncut program")) from None
+        if self.compared.kind is not OutputKind.MODULE:  # a module's output is not returned
+            with self.compared.reading(self.model) as read:
+                read(graph_output(program, outputs))
+        return graph_tensors(program, outputs)
 
     def _graph_outcome(self, plan: StagePlan, batch: PackedBatch, tolerance: float, clock):
         """Secondary mode: the uncut model and the partitioned exported graph, in here."""
         state = {k: v.clone() for k, v in self.model.state_dict().items()}
         with self._running():
             with clock("uncut"):
-                uncut = call_model(self.model, batch)
+                returned, uncut = call_model(self.model, batch, self.compared)
             with clock("staged"):
                 self.model.load_state_dict(state)
                 staged, handovers, blocked = self._graph_run(plan, batch)
@@ -258,7 +287,7 @@ class Gate:
                 isolation = self._isolation(batch, uncut, tolerance, state)
         self.model.load_state_dict(state)
         check = bytes_check(staged, uncut, batch, blocked)
-        return _Outcome(uncut, check, isolation, handovers)
+        return _Outcome(returned, check, isolation, handovers, list(uncut.shape))
 
     def _process_outcome(self, builder, plan, batch, tolerance: float, train: bool, clock):
         """Default mode: the uncut model and every stage each in a fresh process."""
@@ -272,7 +301,8 @@ class Gate:
         with clock("staged"):
             first = chain.forward([uncut["checkpoint"]] * plan.num_stages, train)
         check = bytes_check(first.logits, uncut["logits"], batch, first.blocked)
-        outcome = _Outcome(uncut["logits"], check, isolation, first.handovers)
+        shape = list(uncut["logits"].shape)
+        outcome = _Outcome(uncut["returned"], check, isolation, first.handovers, shape)
         if train:
             with clock("train"):
                 outcome.train = chain.train_check(first, uncut)
@@ -295,6 +325,8 @@ class Gate:
             module_file=module_file,
             builder=builder,
             program_mode=session.program_mode,
+            compared=self.compared,
+            dtype_plan=session.dtype_plan,
         )
 
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):
@@ -310,15 +342,17 @@ class Gate:
             if isinstance(failure.__cause__, NotImplementedError):
                 raise GateError(failure_message(failure, "the staged program")) from None
             return None, [], raised("the staged program", failure)
-        logits = graph_logits(program, result.outputs) if result.blocked is None else None
-        return logits, result.handovers, result.blocked
+        if result.blocked is not None:
+            return None, result.handovers, result.blocked
+        with self.compared.reading(self.model) as read:  # --head: applied here, in-process
+            return read(graph_output(program, result.outputs)), result.handovers, None
 
     def _isolation(self, batch: PackedBatch, packed: torch.Tensor, tolerance: float, state):
         """Each document alone, from the state the packed run started from."""
         found = []
         for index, (start, end) in enumerate(batch.spans):
             self.model.load_state_dict(state)
-            alone = call_model(self.model, batch.document(index))
+            alone = call_model(self.model, batch.document(index), self.compared)[1]
             mine = packed[:, start:end]
             found.append(None if same(mine, alone) else relative(mine, alone))
         return isolation_check(found, tolerance)
@@ -328,12 +362,18 @@ class Gate:
 class _Outcome:
     """What one way of running the plan found."""
 
-    uncut: torch.Tensor
+    returned: list[torch.Tensor]  # the tensors the uncut model returns
     bytes: ByteCheck
     isolation: IsolationCheck
     handovers: list[Handover]
+    shape: list[int]  # of the compared value
     train: TrainCheck | None = None
-    exported: torch.Tensor | None = None  # the exported uncut program's logits
+    exported: list[torch.Tensor] | None = None  # those the exported uncut program returns
+
+
+def _same_all(a: list[torch.Tensor] | None, b: list[torch.Tensor]) -> bool:
+    """Every tensor of ``a`` bitwise equal to its place in ``b``."""
+    return a is not None and len(a) == len(b) and all(map(same, a, b))
 
 
 def _default_builder(spec: str | None, builder):
@@ -344,7 +384,7 @@ def _default_builder(spec: str | None, builder):
     return "hf-slice" if spec is not None and is_hf_spec(spec) else "keep-index"
 
 
-def _check_mode(mode: RunMode | str, builder, train: bool) -> RunMode:
+def _check_mode(mode: RunMode | str, builder, train: bool, compared: Compared) -> RunMode:
     """``mode`` as a :class:`RunMode`; a usage error for an unknown one or for what the
     graph mode cannot run."""
     try:
@@ -355,6 +395,11 @@ def _check_mode(mode: RunMode | str, builder, train: bool) -> RunMode:
         raise UsageError(
             "the in-process graph mode runs the exported forward graph only: drop "
             "--stage-builder and --train, or drop --in-process"
+        )
+    if mode is RunMode.GRAPH and compared.kind is OutputKind.MODULE:
+        raise UsageError(
+            "the in-process graph mode compares what the exported program returns: drop "
+            "--output-fqn (--head works), or drop --in-process"
         )
     return mode
 

@@ -11,6 +11,9 @@ an earlier layer).
   bf16 weights, seeded), saves its ``state_dict`` as the checkpoint every stage
   loads, runs the packed batch and each document alone (document isolation),
   and with ``train`` takes one forward+backward+SGD step and runs again.
+  What it compares is the recipe's :class:`~graphcheck.gate.output.Compared`
+  (the returned tensor, a head applied to the returned hidden states, or a named
+  module's output); the last stage reads the same from its own module.
 * :func:`run_stage` builds the model, applies the stage builder, loads the
   stage's weights from the checkpoint through the stage's own layout (its layer
   container wherever the stage module holds it, renumbered layers mapped back
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 
 from graphcheck import varlen
@@ -40,8 +44,10 @@ from graphcheck.analysis.export import accepted_inputs
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.messages import one_line
+from graphcheck.gate.output import Compared, returned_tensor, wire_tensor
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.model.dtype import DtypePlan
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import Layout
 from graphcheck.model.load import default_dtype, in_program_mode, resolve_factory
@@ -62,6 +68,7 @@ __all__ = [
     "run_stage",
     "run_uncut",
     "stage_inputs",
+    "tensor_leaves",
     "unpack",
 ]
 
@@ -83,6 +90,8 @@ class Recipe:
     module_file: str | None = None  # a model given as an object, saved whole
     builder: str | Callable | None = None  # builtin name, file.py:fn or a function
     program_mode: str = "train"  # the proof's: model.train() or model.eval()
+    compared: Compared = field(default_factory=Compared)  # returned, --head or --output-fqn
+    dtype_plan: DtypePlan = field(default_factory=DtypePlan)  # --dtype: build dtype, fp32 kept
 
 
 class _Failed(Exception):
@@ -139,13 +148,13 @@ def build_model(recipe: Recipe) -> nn.Module:
     else:
         factory = resolve_factory(recipe.spec)
     try:
-        with torch.random.fork_rng(devices=[]), default_dtype(torch.bfloat16):
+        with torch.random.fork_rng(devices=[]), default_dtype(recipe.dtype_plan.dtype.torch):
             torch.manual_seed(recipe.seed)
             model = factory()
     except Exception as err:
         name = getattr(factory, "__name__", "factory")
         raise _Failed("error", f"factory {name}() raised {type(err).__name__}: {err}") from err
-    return in_program_mode(model, recipe.program_mode)
+    return in_program_mode(recipe.dtype_plan.apply(model), recipe.program_mode)
 
 
 def _stand_ins(recipe: Recipe) -> tuple:
@@ -156,30 +165,28 @@ def _stand_ins(recipe: Recipe) -> tuple:
 
 
 def _call(fn, what: str):
-    """``fn()``; an op without a CPU kernel is an error, anything else a finding."""
+    """``fn()``; an op without a CPU kernel or graphcheck's own error (an output it cannot
+    read) is an error, anything else a finding."""
     try:
         return fn()
     except NotImplementedError as err:
         raise _Failed("error", f"{what} has an op without a CPU implementation: "
                       f"{one_line(err)}") from err  # fmt: skip
-    except _Failed:
+    except (_Failed, GraphcheckError):
         raise
     except Exception as err:
         raise _Failed("raised", f"{what} raised {type(err).__name__}: {one_line(err)}") from err
 
 
 def logits_of(out) -> torch.Tensor:
-    """The logits (or hidden states) tensor of a model's or stage's output."""
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    if isinstance(out, (tuple, list)):
-        for value in out:
-            if isinstance(value, torch.Tensor):
-                return value
-    raise _Failed("raised", f"the model returned {type(out).__name__}, not a tensor")
+    """The logits (or hidden states) tensor of a model's or stage's output
+    (:func:`graphcheck.gate.output.returned_tensor`)."""
+    return returned_tensor(out)
+
+
+def tensor_leaves(out) -> list[torch.Tensor]:
+    """Every tensor of a forward's output, in the order ``torch.export`` flattens it."""
+    return [v for v in pytree.tree_leaves(out) if isinstance(v, torch.Tensor)]
 
 
 def loss_of(logits: torch.Tensor, seed: int) -> torch.Tensor:
@@ -189,19 +196,27 @@ def loss_of(logits: torch.Tensor, seed: int) -> torch.Tensor:
     return (logits.float() * weights).sum()
 
 
-def _forward(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
+def _outputs(model: nn.Module, batch: PackedBatch, compared: Compared):
+    """The tensors ``model`` returns on ``batch`` and the one ``compared`` reads."""
     names, _ = accepted_inputs(model)
-    return logits_of(model(**batch.inputs(names)))
+    with compared.reading(model) as read:
+        out = model(**batch.inputs(names))
+        return tensor_leaves(out), read(out)
 
 
-def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor, state: dict) -> list:
+def _forward(model: nn.Module, batch: PackedBatch, compared: Compared) -> torch.Tensor:
+    return _outputs(model, batch, compared)[1]
+
+
+def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor, state: dict,
+               compared: Compared) -> list:  # fmt: skip
     """Per document: ``None`` when alone equals packed bitwise, else the relative diff.
     Each document runs from ``state``, the weights and buffers the packed run started
     from (a model that writes its buffers in place must not see its own earlier runs)."""
     found = []
     for index, (start, end) in enumerate(batch.spans):
         model.load_state_dict(state)
-        alone = _forward(model, batch.document(index))
+        alone = _forward(model, batch.document(index), compared)
         mine = packed[:, start:end]
         same = mine.shape == alone.shape and mine.dtype == alone.dtype
         if same and torch.equal(mine, alone):
@@ -227,22 +242,27 @@ def _sgd_step(module: nn.Module, loss: torch.Tensor | None, out=None, grad=None)
 
 @_reported
 def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = False) -> dict:
-    """The uncut model: checkpoint, logits, isolation; with ``train`` one step after."""
+    """The uncut model: checkpoint, the compared tensor (``logits``) and every returned
+    tensor (``returned``), isolation; with ``train`` one step after."""
     model = build_model(recipe)
     checkpoint = str(Path(workdir) / "uncut.pt")
     torch.save(model.state_dict(), checkpoint)
     state = {k: v.clone() for k, v in model.state_dict().items()}
+    compared = recipe.compared
     with cpu_kernels(), patched(model, _stand_ins(recipe)):
         with torch.no_grad():
-            logits = _call(lambda: _forward(model, batch), "the model")
-            isolation = _call(lambda: _isolation(model, batch, logits, state), "the model")
+            returned, logits = _call(lambda: _outputs(model, batch, compared), "the model")
+            isolation = _call(
+                lambda: _isolation(model, batch, logits, state, compared), "the model"
+            )
             model.load_state_dict(state)
-        result = {"logits": logits, "isolation": isolation, "checkpoint": checkpoint}
+        result = {"logits": logits, "returned": returned, "isolation": isolation}
+        result["checkpoint"] = checkpoint
         if train:
-            out = _call(lambda: _forward(model, batch), "the model")
+            out = _call(lambda: _forward(model, batch, compared), "the model")
             _call(lambda: _sgd_step(model, loss_of(out, recipe.seed)), "the model's backward")
             with torch.no_grad():
-                result["after"] = _call(lambda: _forward(model, batch), "the model")
+                result["after"] = _call(lambda: _forward(model, batch, compared), "the model")
             result["params"] = _named_params(model)
     return result
 
@@ -279,13 +299,15 @@ def build_stage(recipe: Recipe, index: int, layers: list[int], num_stages: int):
     """Stage ``index`` built from the model by the builder; (module, stage -> global names)."""
     model = build_model(recipe)
     build = _builder(recipe)
-    with torch.random.fork_rng(devices=[]), default_dtype(torch.bfloat16):
+    plan = recipe.dtype_plan
+    with torch.random.fork_rng(devices=[]), default_dtype(plan.dtype.torch):
         torch.manual_seed(recipe.seed)
         module = call_builder(build, model, index, layers, num_stages, _name(recipe.builder))
     try:
         names = global_names(module, recipe.layout, layers, model)
     except GraphcheckError as err:
         raise _Failed("error", f"stage {index}: {err}") from err
+    plan.apply(module, lambda name: names.get(name, name))  # what a builder made, cast the same
     return in_program_mode(module, recipe.program_mode), names
 
 
@@ -358,19 +380,28 @@ def run_stage(recipe: Recipe, batch: PackedBatch, job: dict) -> dict:
     with cpu_kernels(), patched(module, _stand_ins(recipe)):
         if job["grad"] is None:
             with torch.no_grad():
-                out = _call(lambda: logits_of(module(x, *stage_inputs(batch))), what)
+                out = _call(lambda: _stage_forward(module, x, batch, recipe, job), what)
             return {"out": out}
-        return _train_stage(module, names, batch, job, x, recipe.seed)
+        return _train_stage(module, names, batch, job, x, recipe)
 
 
-def _train_stage(module, names, batch, job, x, seed: int) -> dict:
+def _stage_forward(module: nn.Module, x, batch: PackedBatch, recipe: Recipe, job: dict):
+    """The stage's output tensor: the wire it hands on or, on the last stage, what the
+    gate compares (read from the stage's own module)."""
+    if job["index"] < job["num_stages"] - 1:
+        return wire_tensor(module(x, *stage_inputs(batch)))
+    with recipe.compared.reading(module, f"stage {job['index']}") as read:
+        return read(module(x, *stage_inputs(batch)))
+
+
+def _train_stage(module, names, batch, job, x, recipe: Recipe) -> dict:
     """Recompute the forward with grad, back-propagate, step; params by global name."""
     what = f"stage {job['index']}"
     if x.is_floating_point():
         x = x.detach().requires_grad_(True)
-    out = _call(lambda: logits_of(module(x, *stage_inputs(batch))), what)
+    out = _call(lambda: _stage_forward(module, x, batch, recipe, job), what)
     if isinstance(job["grad"], str):
-        _call(lambda: _sgd_step(module, loss_of(out, seed)), f"{what} backward")
+        _call(lambda: _sgd_step(module, loss_of(out, recipe.seed)), f"{what} backward")
     else:
         _call(lambda: _sgd_step(module, None, out, job["grad"]), f"{what} backward")
     result = {"out": out.detach(), "params": _named_params(module, names)}

@@ -3,7 +3,15 @@ build, the real values the exported program is fed, and the model called on a ba
 
 The factory is called with bf16 as the default dtype after ``torch.manual_seed(seed)``,
 inside a forked generator state, so the same seed always gives the same weights and the
-caller's random state is left alone.
+caller's random state is left alone. With ``--dtype float32`` it is called with fp32 as
+the default dtype and cast as the fake build was (:class:`~graphcheck.model.dtype.DtypePlan`).
+
+The exported program is fed the real model's parameters and buffers, and for a lifted
+constant the real model's attribute of that path: a plain tensor attribute
+(``self._inv_freq_fp32 = ...``, neither buffer nor parameter) gets its real value the
+way a buffer does. A constant with no real value (a tensor made during tracing, or an
+attribute whose shape or dtype differs from the traced one) is a one-line
+:class:`~graphcheck.errors.GateError`.
 
 >>> model = build_real(lambda: nn.Linear(2, 2), seed=0)
 >>> model.weight.dtype, torch.equal(model.weight, build_real(lambda: nn.Linear(2, 2), 0).weight)
@@ -18,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export.graph_signature import InputKind, OutputKind
@@ -28,7 +37,9 @@ from graphcheck.api import Explorer, ModelArg
 from graphcheck.errors import GateError, ModelLoadError
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.messages import kernel_message
-from graphcheck.gate.runner import logits_of
+from graphcheck.gate.output import Compared
+from graphcheck.gate.runner import logits_of, tensor_leaves
+from graphcheck.model.dtype import DtypePlan
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.load import (
     ProgramMode,
@@ -42,7 +53,8 @@ __all__ = [
     "build_real",
     "call_model",
     "feeds",
-    "graph_logits",
+    "graph_output",
+    "graph_tensors",
     "model_logits",
     "real_factory",
     "seeded",
@@ -84,15 +96,18 @@ def build_real(
     factory: Callable[[], nn.Module],
     seed: int,
     program_mode: ProgramMode | str = ProgramMode.TRAIN,
+    plan: DtypePlan | None = None,
 ) -> nn.Module:
-    """``factory()`` on seeded real bf16 weights, in ``program_mode`` (train or eval)."""
+    """``factory()`` on seeded real weights, in bf16 but for the carve-outs of ``plan``
+    (the fake build's), in ``program_mode`` (train or eval)."""
+    plan = plan or DtypePlan()
     try:
-        with seeded(seed), default_dtype(torch.bfloat16):
+        with seeded(seed), default_dtype(plan.dtype.torch):
             model = factory()
     except Exception as err:
         name = getattr(factory, "__name__", "factory")
         raise ModelLoadError(f"factory {name}() raised {type(err).__name__}: {err}") from err
-    return in_program_mode(model, program_mode)
+    return in_program_mode(plan.apply(model), program_mode)
 
 
 def vocab_size(model: nn.Module, explorer: Explorer) -> int:
@@ -122,36 +137,77 @@ def feeds(program: Program, model: nn.Module, batch: PackedBatch) -> dict[str, o
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             found[name] = state.get(spec.target)
         else:
-            found[name] = exported.constants.get(spec.target)
+            found[name] = _constant(model, spec.target, exported.constants.get(spec.target))
         if found[name] is None or isinstance(found[name], FakeTensor):
             raise GateError(f"no real value for {spec.target or name} in the model")
     return found
 
 
-def graph_logits(program: Program, outputs) -> torch.Tensor:
-    """The first user tensor output of the exported program."""
-    specs = program.exported.program.graph_signature.output_specs
-    for spec, value in zip(specs, outputs, strict=False):
-        if spec.kind == OutputKind.USER_OUTPUT and isinstance(value, torch.Tensor):
-            return value
-    raise GateError("the exported program returns no tensor")
+def _constant(model: nn.Module, target: str | None, traced):
+    """The real value of a lifted constant: the real model's attribute at ``target`` (a
+    plain tensor attribute), else the exported value when it is real."""
+    value = _attribute(model, target) if target else None
+    if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor):
+        return traced
+    if isinstance(traced, torch.Tensor) and (
+        value.shape != traced.shape or value.dtype != traced.dtype
+    ):
+        raise GateError(
+            f"no real value for {target}: the real model's attribute is {value.dtype}"
+            f"{list(value.shape)}, the traced one {traced.dtype}{list(traced.shape)}; build "
+            "it the same way whatever the weights (or register it as a buffer)"
+        )
+    return value
 
 
-def call_model(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
-    """The model's logits on ``batch``; a raise is a one-line :class:`GateError`."""
-    names, _ = accepted_inputs(model)
+def _attribute(model: nn.Module, path: str):
+    value = model
+    for part in path.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def graph_output(program: Program, outputs):
+    """What the exported program's forward returns, rebuilt from its flat outputs (a
+    tensor, a tuple, a dict or a ``ModelOutput``, as the model returns it)."""
+    exported = program.exported.program
+    specs = exported.graph_signature.output_specs
+    pairs = zip(specs, outputs, strict=False)
+    user = [value for spec, value in pairs if spec.kind == OutputKind.USER_OUTPUT]
     try:
-        out = model(**batch.inputs(names))
-    except NotImplementedError as err:
-        raise GateError(kernel_message("the model", err)) from None
-    except Exception as err:
-        raise GateError(f"the model raised {type(err).__name__} on real weights: {err}") from err
-    return model_logits(out)
+        return pytree.tree_unflatten(user, exported.call_spec.out_spec)
+    except Exception:  # no out_spec to rebuild with: the flat outputs
+        return tuple(user)
+
+
+def graph_tensors(program: Program, outputs) -> list[torch.Tensor]:
+    """The tensors the exported program's forward returns, in order."""
+    tensors = tensor_leaves(graph_output(program, outputs))
+    if not tensors:
+        raise GateError("the exported program returns no tensor")
+    return tensors
+
+
+def call_model(
+    model: nn.Module, batch: PackedBatch, compared: Compared | None = None
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The tensors the model returns on ``batch`` and the one ``compared`` reads (the
+    returned tensor by default); a raise is a one-line :class:`GateError`."""
+    names, _ = accepted_inputs(model)
+    with (compared or Compared()).reading(model) as read:
+        try:
+            out = model(**batch.inputs(names))
+        except NotImplementedError as err:
+            raise GateError(kernel_message("the model", err)) from None
+        except Exception as err:
+            message = f"the model raised {type(err).__name__} on real weights: {err}"
+            raise GateError(message) from err
+        return tensor_leaves(out), read(out)
 
 
 def model_logits(out) -> torch.Tensor:
-    """The logits tensor of a model's output, or a :class:`GateError`."""
-    try:
-        return logits_of(out)
-    except Exception as err:
-        raise GateError(f"the model returned {type(out).__name__}, not logits") from err
+    """The tensor a model's or stage's output holds, or a :class:`GateError`
+    (:func:`graphcheck.gate.output.returned_tensor`)."""
+    return logits_of(out)

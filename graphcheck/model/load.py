@@ -4,7 +4,8 @@
 factory is called under a :class:`FakeTensorMode` with bf16 as the default
 dtype, so parameters are created without memory: a 400B-parameter config
 builds on a laptop. Parameters the model deliberately keeps in another dtype
-keep it (graphcheck reports them, GC501).
+keep it (graphcheck reports them, GC501). ``--dtype float32`` builds in the
+model's own dtype instead (:mod:`graphcheck.model.dtype`).
 
 >>> parse_spec("fixtures/reference.py:reference")
 ('fixtures/reference.py', 'reference')
@@ -25,6 +26,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphcheck.errors import ModelLoadError, UsageError
+from graphcheck.model.dtype import fake_conversions
 
 __all__ = [
     "ProgramMode",
@@ -132,11 +134,13 @@ def build_fake(
     factory: Callable[[], nn.Module],
     mode: FakeTensorMode,
     program: ProgramMode | str = ProgramMode.TRAIN,
+    dtype: torch.dtype = torch.bfloat16,
 ) -> nn.Module:
-    """Call ``factory`` with bf16 default dtype under ``mode``; check it returns a module,
-    put in the ``program`` mode (train or eval)."""
+    """Call ``factory`` with ``dtype`` (bf16) as the default dtype under ``mode``; check it
+    returns a module, put in the ``program`` mode (train or eval). A factory may call
+    ``.to()`` on its fake weights (:func:`graphcheck.model.dtype.fake_conversions`)."""
     try:
-        with mode, default_dtype(torch.bfloat16):
+        with mode, default_dtype(dtype), fake_conversions():
             model = factory()
     except Exception as err:
         name = getattr(factory, "__name__", "factory")

@@ -10,6 +10,7 @@ and the stage builders start from.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from torch import nn
 
 from graphcheck.errors import UsageError
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
+from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import (
@@ -39,7 +41,10 @@ class Session:
     the options every later build repeats (strict export, ``--set``, kernels, the
     example batch of ``docs``, ``tokens`` and ``token_multiple``, and ``program_mode``:
     ``train``, the default, puts the model in ``model.train()``, ``eval`` in
-    ``model.eval()``, a module given as an object too)."""
+    ``model.eval()``, a module given as an object too). ``dtype`` (``--dtype``) is the
+    default dtype the factory runs under: ``bfloat16``, or ``float32`` then cast to bf16
+    but for the fp32 carve-outs (declared, pinned by the model's code, or matching
+    ``allow_fp32``)."""
 
     def __init__(
         self,
@@ -56,8 +61,12 @@ class Session:
         tokens: int | None = None,
         token_multiple: int | None = None,
         program_mode: ProgramMode | str = ProgramMode.TRAIN,
+        dtype: BuildDtype | str = BuildDtype.BFLOAT16,
+        allow_fp32: Sequence[str] = (),
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
+        self.dtype, self.allow_fp32 = build_dtype(dtype), tuple(allow_fp32)
+        self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
         self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
         self.mode = fake_mode()
         self.strict = strict
@@ -79,16 +88,23 @@ class Session:
 
     def _build(self, model: ModelArg) -> tuple[str, nn.Module]:
         if is_hf_spec(model):
-            factory = hf_factory(model, self.settings)
-            return model, build_fake(factory, self.mode, self.program_mode)
+            return model, self._fake(hf_factory(model, self.settings))
         if self.settings:
             raise UsageError("--set applies to hf: models only")
         if isinstance(model, str):
-            return model, build_fake(resolve_factory(model), self.mode, self.program_mode)
+            return model, self._fake(resolve_factory(model))
         if isinstance(model, nn.Module):
+            if self.dtype is not BuildDtype.BFLOAT16:
+                raise UsageError("--dtype applies to a factory or a spec, not a built module")
             return type(model).__name__, in_program_mode(model, self.program_mode)
         name = getattr(model, "__qualname__", repr(model))
-        return name, build_fake(model, self.mode, self.program_mode)
+        return name, self._fake(model)
+
+    def _fake(self, factory: Callable[[], nn.Module]) -> nn.Module:
+        """``factory`` built on fake weights in :attr:`dtype` (:mod:`graphcheck.model.dtype`)."""
+        build = functools.partial(build_fake, factory, self.mode, self.program_mode)
+        module, self.dtype_plan = build_in(build, self.dtype, self.allow_fp32)
+        return module
 
 
 def portable(spec: str) -> str:

@@ -331,6 +331,9 @@ def render_gate_text(report: GateReport) -> str:
             f"stages run: stage builder {report.stage_builder}, one fresh process per stage, "
             "weights from the uncut checkpoint"
         )
+    shape = report.compared.get("shape")
+    shape = f" [{', '.join(map(str, shape))}]" if shape else ""
+    lines.append(f"compared: {report.compared['what']}{shape}")  # --head / --output-fqn
     lines += _handover_lines(report)
     if not report.export_faithful:
         lines.append("note: the exported uncut program itself differs from the model here")

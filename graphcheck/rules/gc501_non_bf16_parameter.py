@@ -3,7 +3,9 @@
 What it checks
     Every parameter a stage holds is bfloat16, except those matching the
     allowlist (default globs ``*.A_log`` and ``*.dt_bias``; add more with
-    ``--allow-fp32 GLOB``).
+    ``--allow-fp32 GLOB``). With ``--dtype float32`` the model's declared fp32
+    carve-outs (``_keep_in_fp32_modules_strict``,
+    ``get_pp_module_config()["fp32_params"]``) are allowed too.
 
 Why it matters
     The serving program runs bf16 weights. A float32 weight the trainer uses
@@ -14,8 +16,9 @@ Example
     A norm weight created with ``dtype=torch.float32`` and cast at use.
 
 Fix
-    Create the parameter in bf16, or allowlist it with ``--allow-fp32`` when
-    the serving kernel really reads it in fp32.
+    Create the parameter in bf16, or, when the serving kernel really reads it
+    in fp32, declare it (``get_pp_module_config()["fp32_params"]``, built with
+    ``--dtype float32``) or allowlist it with ``--allow-fp32``.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ def check(ctx) -> list[Diagnostic]:
             Diagnostic.at(
                 CODE,
                 NAME,
-                f"parameter {fqn} is {dtype}, not bfloat16; create it in bf16 or allow it "
-                "with --allow-fp32 GLOB",
+                f"parameter {fqn} is {dtype}, not bfloat16; create it in bf16, or declare it "
+                'fp32 (get_pp_module_config()["fp32_params"] with --dtype float32) or allow '
+                "it with --allow-fp32 GLOB",
                 node=node,
                 module=fqn,
                 stage=stage,
