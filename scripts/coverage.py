@@ -9,7 +9,9 @@ a timeout) and sorted into one outcome:
 * ``true finding`` - exit 1: the family's graph has the property the listed rules name
   (tied embeddings are GC205 at every cut);
 * ``unsupported`` - exit 2, a timeout or a crash: graphcheck could not build, export or
-  judge it; the reason is the first line of the error (and the model line it names).
+  judge it; the reason is the first line of the error (and the model line it names). Also
+  exit 1 when every finding fails closed on an op graphcheck's op table lacks: not proven,
+  and not shown wrong either.
 
 ``exported`` says whether the export went through, else which step failed.
 
@@ -64,6 +66,7 @@ _BUILD = re.compile(
     r"^factory \S+\(\) raised|invalid config|is invalid|unknown model type|no causal LM"
 )
 _AT = re.compile(r"^\s+at (\S+?):(\d+)")
+_UNKNOWN_OP = re.compile(r"`([^`]+)` is not in graphcheck's op table")
 
 
 class Outcome(StrEnum):
@@ -135,27 +138,38 @@ def _judged(family: str, code: int, report: dict, seconds: float) -> Result:
     cuts = report.get("cuts") or []
     proven = sum(cut.get("verdict") == "pass" for cut in cuts)
     diagnostics = report.get("diagnostics") or []
-    codes = Counter(d["code"] for d in diagnostics if d.get("severity", "error") == "error")
-    names = {d["code"]: d.get("name", "") for d in diagnostics}
-    examples = {}
+    errors = [d for d in diagnostics if d.get("severity", "error") == "error"] or diagnostics
+    unknown = _unknown_ops(errors)
+    examples: dict[str, str] = {}
     for d in diagnostics:  # the first message of each code, for whoever reads the JSON
         examples.setdefault(d["code"], f"{d.get('module')}: {d.get('message', '')}")
-    outcome = Outcome.PROVEN if code == 0 else Outcome.FINDING
-    if code == 1 and not codes:  # exit 1 with no error-level finding: say what the report says
-        codes = Counter(d["code"] for d in diagnostics)
-    return Result(
+    result = Result(
         family,
-        outcome,
+        Outcome.PROVEN if code == 0 else Outcome.FINDING,
         Exported.YES,
         code,
         cuts=f"{proven}/{len(cuts)}",
-        codes=dict(sorted(codes.items())) if code == 1 else {},
-        names=dict(sorted(names.items())),
+        names={d["code"]: d.get("name", "") for d in diagnostics},
         examples=dict(sorted(examples.items())),
         seconds=round(seconds, 1),
         export_seconds=report.get("export_seconds"),
         nodes=report.get("nodes"),
     )
+    if code == 1:
+        result.codes = dict(sorted(Counter(d["code"] for d in errors).items()))
+    if code == 1 and unknown and all(_unknown_ops([d]) for d in errors):
+        # fail closed on ops graphcheck does not know: not proven, and not shown to be wrong
+        result.outcome = Outcome.UNSUPPORTED
+        result.reason = f"fail closed on ops graphcheck's table lacks: {', '.join(unknown)}"
+    elif unknown:
+        result.reason = f"also fail closed on: {', '.join(unknown)}"
+    return result
+
+
+def _unknown_ops(diagnostics: Sequence[dict]) -> list[str]:
+    """The ops a diagnostic fails closed on because graphcheck's op table lacks them."""
+    found = (_UNKNOWN_OP.search(d.get("message", "")) for d in diagnostics)
+    return sorted({match.group(1) for match in found if match})
 
 
 def _unsupported(
@@ -219,12 +233,14 @@ def _row(r: Result) -> str:
 
 
 def _details(r: Result) -> str:
+    findings = ", ".join(
+        f"{code} {r.names.get(code, '')} ×{n}".replace("  ", " ") for code, n in r.codes.items()
+    )
     if r.outcome is Outcome.FINDING:
-        text = ", ".join(
-            f"{code} {r.names.get(code, '')} ×{n}".replace("  ", " ") for code, n in r.codes.items()
-        )
+        text = f"{findings}; {r.reason}" if r.reason else findings
     elif r.outcome is Outcome.UNSUPPORTED:
         text = _short(r.reason, 200) + _location(r.detail)
+        text += f" ({findings})" if findings else ""
     else:
         text = "-"
     return text.replace("|", "\\|").replace("\n", " ")
