@@ -83,6 +83,13 @@ def written(tmp_path_factory):
     return code, path, report
 
 
+@pytest.fixture(scope="module")
+def explorer():
+    from graphcheck.api import Explorer
+
+    return Explorer(MODEL)
+
+
 def _data(path: Path) -> dict:
     text = path.read_text()
     start = text.index('id="graphcheck-data">') + len('id="graphcheck-data">')
@@ -94,7 +101,7 @@ def test_page_shows_the_map_as_the_report_judges_it(browser, written):
     assert code == 1 and report["mode"] == "map"
     assert not [d for d in report["diagnostics"] if d["cut"] is None and d["severity"] == "error"]
     legal = [c["position"] for c in report["cuts"] if c["verdict"] == "pass"]
-    assert legal == [0, 1, 8]
+    assert legal == [0, 1, 8]  # as Explorer.map().legal_cuts(): the slow explore test
     tab = _open(browser, path)
     boundaries = tab.locator(".gc-boundary")
     assert boundaries.count() == report["num_layers"] + 1 == 9
@@ -230,14 +237,27 @@ def test_importing_graphcheck_leaves_anywidget_unloaded():
     assert out.stdout.strip() == "False"
 
 
-def test_widget_carries_the_document_and_the_pages_script():
+def test_widget_is_drawn_by_the_pages_script(written):
     pytest.importorskip(
         "anywidget", reason="the notebook extra: pip install 'graphcheck[notebook]'"
     )
     import graphcheck
-    from graphcheck.api import Explorer
+    from graphcheck.reporters.view.widget import widget
 
-    explorer = Explorer(MODEL)
+    data = _data(written[1])
+    shown = widget(data)
+    assert shown._esm == script() and shown.data == data
+    with pytest.raises(graphcheck.UsageError, match="--cost"):
+        graphcheck.explore(MODEL, 3, cost="bytes")  # before any export
+
+
+@pytest.mark.slow
+def test_explore_carries_the_maps_verdicts_and_plans(explorer):
+    pytest.importorskip(
+        "anywidget", reason="the notebook extra: pip install 'graphcheck[notebook]'"
+    )
+    import graphcheck
+
     widget = graphcheck.explore(explorer, 3)
     assert widget._esm == script() and widget.data["num_layers"] == 8
     assert [
