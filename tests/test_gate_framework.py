@@ -22,7 +22,6 @@ import pytest
 import torch
 from torch import nn
 
-from graphcheck.api import Explorer
 from graphcheck.errors import GateError
 from graphcheck.gate import Gate
 from graphcheck.gate.batch import PackedBatch
@@ -46,9 +45,16 @@ def _gate_json(cli, name: str, *options: str) -> tuple[int, dict]:
 # --- the two fast gate runs ---------------------------------------------------------
 
 
-def test_head_on_returned_hidden_states_gives_equal_logits(cli):
-    code, report = _gate_json(cli, "hidden_states_model", "--head", "lm_head")
-    assert code == 0 and report["verdict"] == "pass"
+@cache
+def head_gate() -> Gate:
+    """``graphcheck gate fixtures/framework_gate.py:hidden_states_model --head lm_head``,
+    whose export the plain-attribute test reuses."""
+    return Gate(f"{GATE}:hidden_states_model", head="lm_head")
+
+
+def test_head_on_returned_hidden_states_gives_equal_logits():
+    report = head_gate().run(stages=2, docs=SMALL).as_dict()
+    assert report["verdict"] == "pass"
     assert report["bytes"]["status"] == "equal" and report["isolation"]["status"] == "bitwise"
     compared = report["compared"]
     assert (compared["kind"], compared["fqn"]) == ("head", "lm_head")
@@ -136,7 +142,7 @@ def test_output_module_that_runs_twice_is_refused():
 
 
 def test_plain_tensor_attribute_gets_the_real_models_value():
-    program = Explorer(f"{GATE}:hidden_states_model").program
+    program = head_gate().explorer.program
     model, batch = real_model(), _batch()
     values = feeds(program, model, batch)
     attribute = model.model._inv_freq_fp32
