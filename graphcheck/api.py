@@ -205,9 +205,16 @@ class Explorer:
         return self._program
 
     def plan(self, cuts: Sequence[int] | None = None, stages: int | None = None) -> StagePlan:
-        """The stage plan of ``cuts`` or of an even split into ``stages``."""
+        """The stage plan of ``cuts``, of an even split into ``stages`` or, with neither,
+        of the ``pipeline_layer_ranges`` the model declares."""
+        ranges = self.session.layout.layer_ranges
+        if cuts is None and stages is None and ranges is not None:
+            cuts = [start for start, _ in ranges[1:]]
         if (cuts is None) == (stages is None):
-            raise UsageError("give either cuts or stages")
+            raise UsageError(
+                "give either cuts or stages (--cuts or --stages); the model declares no "
+                "pipeline_layer_ranges to take the plan from"
+            )
         if cuts is not None:
             return plan_from_cuts(list(cuts), self.num_layers)
         return plan_from_stages(stages, self.num_layers)
@@ -334,22 +341,38 @@ def _stage_summary(stage) -> dict:
     }
 
 
-def _hidden_size(ctx: Context, position: int) -> int:
-    """Width of the residual crossing ``position`` in the uncut program."""
+def _hidden_size(ctx: Context, position: int) -> int | tuple[int, ...]:
+    """Width of the residual crossing ``position`` in the uncut program (the trailing
+    dims after ``[1, T]`` of a declared boundary state)."""
     cut = next(c for c in ctx.cuts if c.position == position)
     wire = ctx.wire(cut)
     node = wire.boundary or (cut.activations[0] if cut.activations else None)
     val = node.meta.get("val") if node is not None else None
-    if val is None or not isinstance(val.shape[-1], int):
+    if val is None or val.dim() < 3 or not all(isinstance(d, int) for d in val.shape[2:]):
         raise AnalysisError(f"cannot tell the width of the residual at cut {position}")
-    return val.shape[-1]
+    return val.shape[-1] if val.dim() == 3 else tuple(val.shape[2:])
+
+
+def _state(ctx: Context, cut) -> dict | None:
+    """The state ``cut`` hands over: the residual (or the state the model declares), its
+    dtype, shape and value; ``None`` when no crossing value is that state."""
+    node = ctx.wire(cut).residual
+    if node is None:
+        return None
+    program = ctx.program
+    dtype, shape = program.dtype(node), program.shape(node)
+    declared = program.layout.boundary_state
+    matches = declared is not None and declared.matches(dtype, shape)
+    name = declared.state if matches else "residual"
+    return {"name": name, "declared": matches, "node": node.name, "dtype": dtype, "shape": shape}
 
 
 def _report(name: str, ctx: Context, mode: str, start: float) -> Report:
     """The checker's diagnostics over ``ctx``, as a report."""
     program = ctx.program
+    states = {cut.position: _state(ctx, cut) for cut in ctx.cuts}
     return Report.of(
-        name, mode, program.num_layers, ctx.cuts, check(ctx),
+        name, mode, program.num_layers, ctx.cuts, check(ctx), states,
         export_seconds=program.exported.seconds,
         seconds=time.perf_counter() - start,
         nodes=len(program.graph.nodes),

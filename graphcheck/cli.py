@@ -45,6 +45,12 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--layers", metavar="PREFIX", help="layer container, e.g. model.layers")
     group.add_argument("--inputs", metavar="FQN[,FQN]", help="first-stage modules")
     group.add_argument("--outputs", metavar="FQN[,FQN]", help="last-stage modules")
+    group.add_argument(
+        "--boundary-state",
+        metavar="JSON",
+        help="the state each cut carries when it is not the [1, T, H] residual: "
+        '\'{"rank": 4, "dtype": "bfloat16", "shape_suffix": [4, 64], "state": "NAME"}\'',
+    )
     parser.add_argument("--strict", action="store_true", help="export with strict=True")
     parser.add_argument(
         "--allow-fp32",
@@ -127,8 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "model", metavar="MODEL", help="path/to/file.py:factory, pkg.mod:factory or hf:SPEC"
     )
-    plan = verify.add_mutually_exclusive_group(required=True)
-    plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
+    plan = verify.add_mutually_exclusive_group()
+    plan.add_argument(
+        "--cuts",
+        metavar="K[,K]",
+        help="stage boundaries before these layers (default: the model's pipeline_layer_ranges)",
+    )
     plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
     plan.add_argument(
         "--layout",
@@ -206,7 +216,7 @@ def _plan_parser(sub) -> None:
 def _gate_parser(sub) -> None:
     gate = sub.add_parser("gate", help="run the split program on CPU and compare the bytes")
     gate.add_argument("model", metavar="MODEL")
-    plan = gate.add_mutually_exclusive_group(required=True)
+    plan = gate.add_mutually_exclusive_group()
     plan.add_argument("--cuts", metavar="K[,K]", help="stage boundaries before these layers")
     plan.add_argument("--stages", type=int, metavar="N", help="an even split into N stages")
     gate.add_argument(
@@ -270,6 +280,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         "layers": args.layers,
         "inputs": _split(args.inputs),
         "outputs": _split(args.outputs),
+        "boundary_state": args.boundary_state,
         "strict": args.strict,
         "allow_fp32": args.allow_fp32,
         "settings": parse_settings(args.settings),

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from torch import nn
 
-from graphcheck.errors import UsageError
+from graphcheck.errors import LayoutError, UsageError
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
+from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import detect_layout
@@ -41,10 +42,11 @@ class Session:
     the options every later build repeats (strict export, ``--set``, kernels, the
     example batch of ``docs``, ``tokens`` and ``token_multiple``, and ``program_mode``:
     ``train``, the default, puts the model in ``model.train()``, ``eval`` in
-    ``model.eval()``, a module given as an object too). ``dtype`` (``--dtype``) is the
-    default dtype the factory runs under: ``bfloat16``, or ``float32`` then cast to bf16
-    but for the fp32 carve-outs (declared, pinned by the model's code, or matching
-    ``allow_fp32``)."""
+    ``model.eval()``, a module given as an object too). ``boundary_state``
+    (``--boundary-state``: JSON, a mapping or a :class:`BoundaryState`) overrides the
+    model's ``pipeline_boundary_state``. ``dtype`` (``--dtype``) is the default dtype the
+    factory runs under: ``bfloat16``, or ``float32`` then cast to bf16 but for the fp32
+    carve-outs (declared, pinned by the model's code, or matching ``allow_fp32``)."""
 
     def __init__(
         self,
@@ -61,6 +63,7 @@ class Session:
         tokens: int | None = None,
         token_multiple: int | None = None,
         program_mode: ProgramMode | str = ProgramMode.TRAIN,
+        boundary_state: str | Mapping | BoundaryState | None = None,
         dtype: BuildDtype | str = BuildDtype.BFLOAT16,
         allow_fp32: Sequence[str] = (),
     ) -> None:
@@ -68,6 +71,7 @@ class Session:
         self.dtype, self.allow_fp32 = build_dtype(dtype), tuple(allow_fp32)
         self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
         self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
+        self.boundary_state = _state(boundary_state)
         self.mode = fake_mode()
         self.strict = strict
         self.settings = dict(settings or {})
@@ -84,6 +88,7 @@ class Session:
             layers,
             tuple(inputs) if inputs else None,
             tuple(outputs) if outputs else None,
+            self.boundary_state,
         )
 
     def _build(self, model: ModelArg) -> tuple[str, nn.Module]:
@@ -105,6 +110,18 @@ class Session:
         build = functools.partial(build_fake, factory, self.mode, self.program_mode)
         module, self.dtype_plan = build_in(build, self.dtype, self.allow_fp32)
         return module
+
+
+def _state(value: str | Mapping | BoundaryState | None) -> BoundaryState | None:
+    """``--boundary-state`` (JSON) or the API's mapping, validated before any build."""
+    if value is None or isinstance(value, BoundaryState):
+        return value
+    if isinstance(value, str):
+        return parse_boundary_state(value)
+    try:
+        return boundary_state(value, "boundary_state")
+    except LayoutError as err:
+        raise UsageError(str(err)) from None
 
 
 def portable(spec: str) -> str:

@@ -100,6 +100,14 @@ def _diagnostics(report: Report) -> list[str]:
     return lines
 
 
+def _carries(state: dict | None) -> str:
+    """`` · carries the residual bf16 [1, T, 64]`` (a declared state by its name)."""
+    if state is None:
+        return ""
+    what = f"{state['name']} (declared)" if state["declared"] else "the residual"
+    return f" · carries {what} {state['dtype']} [{', '.join(state['shape'])}]"
+
+
 def render_text(report: Report) -> str:
     lines = _header(report)
     lines += [_stage_line(s) for s in report.stages]
@@ -111,7 +119,7 @@ def render_text(report: Report) -> str:
         ]
     for cut in report.cuts:
         codes = f" ({', '.join(sorted(set(cut.codes)))})" if cut.codes else ""
-        lines += ["", f"cut {cut.position}: {cut.verdict.upper()}{codes}"]
+        lines += ["", f"cut {cut.position}: {cut.verdict.upper()}{codes}{_carries(cut.state)}"]
         lines += _crossing_rows(cut.crossing)
     lines += _diagnostics(report)
     proven = sum(c.verdict == "pass" for c in report.cuts)
