@@ -39,8 +39,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _layout_options(parser: argparse.ArgumentParser) -> None:
-    from graphcheck.model.load import ProgramMode
-
     group = parser.add_argument_group("layout (overrides get_pp_module_config and detection)")
     group.add_argument("--layers", metavar="PREFIX", help="layer container, e.g. model.layers")
     group.add_argument("--inputs", metavar="FQN[,FQN]", help="first-stage modules")
@@ -59,6 +57,14 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="parameters allowed to stay fp32 (added to *.A_log, *.dt_bias)",
     )
+    _model_options(parser)
+    parser.add_argument("--format", choices=_formats(), default="text")
+    parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    from graphcheck.model.load import ProgramMode
+
     model = parser.add_argument_group("model building")
     model.add_argument(
         "--set",
@@ -92,8 +98,6 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
         help="the program to prove and run: model.train(), what pipeline-parallel "
         "training runs (default), or model.eval()",
     )
-    parser.add_argument("--format", choices=_formats(), default="text")
-    parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
 
 
 def _batch_options(parser: argparse.ArgumentParser) -> None:
