@@ -164,12 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _layout_options(verify)
     _batch_options(verify)
+    _model_explorer_option(verify)
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
     _batch_options(cutmap)
     _doc_length(cutmap)
     _html_option(cutmap)
+    _model_explorer_option(cutmap)
     _plan_parser(sub)
     _gate_parser(sub)
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
@@ -183,6 +185,15 @@ def _html_option(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write the cut explorer: one self-contained page (boundaries, layer "
         "kinds, costs, crossing sets, an editable balanced plan)",
+    )
+
+
+def _model_explorer_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model-explorer",
+        metavar="DIR",
+        help="also write DIR/model.pt2 and Model Explorer node data on it (stages or layers, "
+        "crossing values, findings); open with python -m graphcheck.reporters.model_explorer DIR",
     )
 
 
@@ -298,6 +309,9 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     options.update(
         docs=_example_docs(args.docs), tokens=args.tokens, token_multiple=args.token_multiple
     )
+    explore = getattr(args, "html", None) is not None or args.format == "html"
+    if getattr(args, "model_explorer", None) is not None and not explore:
+        return _overlay(args, options)
     if args.command == "verify":
         cuts = parse_cuts(args.cuts) if args.cuts is not None else None
         fqns = args.fqns_per_stage
@@ -319,6 +333,30 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     return render(result, args.format), result.exit_code
 
 
+def _overlay(args: argparse.Namespace, options: dict) -> tuple[str, int]:
+    """``verify`` or ``map`` with ``--model-explorer DIR``: the report and the overlay
+    from one explorer, so one export."""
+    from graphcheck import api
+    from graphcheck.report import render
+    from graphcheck.reporters.model_explorer import write_overlay
+    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
+
+    explorer = api.Explorer(args.model, **options)
+    ctx = None
+    if args.command == "verify":
+        fqns = args.fqns_per_stage
+        cuts = explorer.written_cuts(
+            parse_cuts(args.cuts) if args.cuts is not None else None, args.stages, args.layout,
+            parse_fqns_per_stage(fqns) if fqns is not None else None,
+        )  # fmt: skip
+        result = explorer.verify(cuts, args.stages, stage_builder=args.stage_builder)
+        ctx = explorer.context(explorer.plan(cuts, args.stages))
+    else:
+        result = explorer.map(args.doc_length)
+    write_overlay(args.model_explorer, explorer.program, result, ctx)
+    return render(result, args.format), result.exit_code
+
+
 def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     """``map`` or ``plan`` with the cut explorer's page (``--html FILE``, ``--format html``):
     the report and the page from one explorer, so one export."""
@@ -337,6 +375,10 @@ def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
         stages, virtual, metric = 4, 1, "flops"
     data = document(explorer, stages, virtual=virtual, metric=metric, doc_length=args.doc_length)
     view = CutView(data, result.exit_code)
+    if getattr(args, "model_explorer", None) is not None:
+        from graphcheck.reporters.model_explorer import write_overlay
+
+        write_overlay(args.model_explorer, explorer.program, result)
     if args.html is not None:
         with open(args.html, "w", encoding="utf-8") as handle:
             handle.write(render(view, "html"))
@@ -353,6 +395,10 @@ def _check_html(args: argparse.Namespace) -> None:
     folder = os.path.dirname(os.path.abspath(args.html)) if getattr(args, "html", None) else None
     if folder is not None and not os.path.isdir(folder):
         raise UsageError(f"--html {args.html}: the folder {folder} does not exist; create it first")
+    if getattr(args, "model_explorer", None) is not None:
+        from graphcheck.reporters.model_explorer import check_folder
+
+        check_folder(args.model_explorer)
 
 
 def _rules(code: str | None) -> str:
