@@ -45,6 +45,7 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py
+	$(BIN)/python benchmarks/bench_plan.py
 
 # Every transformers causal-LM family through `graphcheck map`: README's coverage table.
 coverage: $(STAMP)
