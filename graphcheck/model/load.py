@@ -26,7 +26,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphcheck.errors import ModelLoadError, UsageError
-from graphcheck.model.dtype import fake_conversions
+from graphcheck.model.dtype import choice, fake_conversions
 
 __all__ = [
     "ProgramMode",
@@ -56,11 +56,7 @@ class ProgramMode(StrEnum):
 
 def as_program_mode(value: ProgramMode | str) -> ProgramMode:
     """``value`` as a :class:`ProgramMode`; a :class:`UsageError` naming the choices."""
-    try:
-        return ProgramMode(value)
-    except ValueError:
-        choices = " or ".join(ProgramMode)
-        raise UsageError(f"unknown program mode {value!r}: use {choices}") from None
+    return choice(ProgramMode, value, "program mode")
 
 
 def in_program_mode(model: nn.Module, mode: ProgramMode | str) -> nn.Module:
