@@ -392,6 +392,13 @@ def _check_html(args: argparse.Namespace) -> None:
             f"--format html shows the cut explorer: use it with graphcheck map or plan, "
             f"not {args.command}"
         )
+    from graphcheck.report import renders
+
+    if not renders(args.format, args.command):
+        raise UsageError(
+            f"--format {args.format} does not render graphcheck {args.command} results: "
+            f"use --format text or json with {args.command}"
+        )
     folder = os.path.dirname(os.path.abspath(args.html)) if getattr(args, "html", None) else None
     if folder is not None and not os.path.isdir(folder):
         raise UsageError(f"--html {args.html}: the folder {folder} does not exist; create it first")

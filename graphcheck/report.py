@@ -23,7 +23,7 @@ from graphcheck.analysis.dataflow import Crossing, CutAnalysis
 from graphcheck.analysis.plan import Stage
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CutReport", "PlanReport", "Report", "formats", "render"]
+__all__ = ["CutReport", "PlanReport", "Report", "formats", "render", "renders"]
 
 
 @dataclass
@@ -192,10 +192,21 @@ def formats() -> list[str]:
     """The output formats: one per module of :mod:`graphcheck.reporters`.
 
     >>> formats()
-    ['html', 'json', 'text']
+    ['html', 'json', 'sarif', 'text']
     """
     package = importlib.import_module("graphcheck.reporters")
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+
+
+def renders(fmt: str, kind: str) -> bool:
+    """Whether format ``fmt`` renders a ``kind`` result (``verify``, ``map``, ``plan``,
+    ``gate``): a reporter module's ``KINDS``, every kind when it has none.
+
+    >>> renders("sarif", "verify"), renders("sarif", "gate"), renders("json", "gate")
+    (True, False, True)
+    """
+    kinds = getattr(importlib.import_module(f"graphcheck.reporters.{fmt}"), "KINDS", None)
+    return kinds is None or kind in kinds
 
 
 def render(result, fmt: str = "text") -> str:

@@ -1,0 +1,178 @@
+"""``--format sarif``: the findings as a SARIF 2.1.0 log, for code scanning in CI.
+
+One run: ``tool.driver`` names graphcheck and its version and carries one reporting
+descriptor per rule, generated from the rule modules (``CODE``, ``NAME``, ``SEVERITY``,
+``SUMMARY`` and the doc's sections: "What it checks" is the full description, the whole
+doc the help). Each diagnostic is a ``result``: its rule, level (``error`` or
+``warning``), message, and a location at the model's source line (the node's stack
+trace, :attr:`Diagnostic.source`), a path relative to the working directory where it
+lies under it, so a CI job run from the repository root annotates the pull request's
+diff. A finding with no source line (a stage plan, a parameter) is located at the
+factory of a ``file.py:factory`` model; an ``hf:`` model has no file to point at, so
+such a finding keeps only its logical location (the module path). The cut, stage,
+node and module are in the result's ``properties``; the run's ``properties`` hold
+the model, the mode and the verdict.
+
+It renders ``verify`` and ``map`` reports; a plan or a gate result is a usage error
+(the command line refuses them before any export).
+
+>>> _physical("fixtures/violations.py:44: x = f(y)")
+{'artifactLocation': {'uri': 'fixtures/violations.py'}, 'region': {'startLine': 44}}
+>>> _sections("GC1 x\\n\\nFix\\n    Do it.\\n")["Fix"]
+'Do it.'
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from graphcheck._version import __version__
+from graphcheck.errors import UsageError
+from graphcheck.rules import RULES
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from graphcheck.diagnostics import Diagnostic
+    from graphcheck.report import Report
+
+__all__ = ["KINDS", "NAME", "SCHEMA", "VERSION", "render", "rule_descriptor"]
+
+NAME = "sarif"
+KINDS = frozenset({"verify", "map"})  # the results this format renders
+VERSION = "2.1.0"
+SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+SECTIONS = ("What it checks", "Why it matters", "Example", "Fix")
+
+_SOURCE = re.compile(r"(?P<path>.+?):(?P<line>\d+):")
+
+
+def render(result: Report) -> str:
+    if result.kind not in KINDS:
+        raise UsageError(
+            f"--format sarif renders the findings of graphcheck verify or map, not "
+            f"{result.kind}; use --format json or text for {result.kind}"
+        )
+    log = {"$schema": SCHEMA, "version": VERSION, "runs": [_run(result)]}
+    return json.dumps(log, indent=2) + "\n"
+
+
+def _run(report: Report) -> dict:
+    index = {rule.CODE: i for i, rule in enumerate(RULES)}
+    fallback = _factory_location(report.model)
+    return {
+        "tool": {
+            "driver": {
+                "name": "graphcheck",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": [rule_descriptor(rule) for rule in RULES],
+            }
+        },
+        "columnKind": "unicodeCodePoints",
+        "results": [_result(d, index, fallback) for d in report.diagnostics],
+        "properties": {"model": report.model, "mode": report.mode, "verdict": report.verdict},
+    }
+
+
+def _sections(doc: str) -> dict[str, str]:
+    """A rule doc's sections by heading, each body dedented; an unindented paragraph
+    after the last section (a note) is kept in that section."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in doc.strip().splitlines()[1:]:
+        if line.strip() in SECTIONS and not line.startswith(" "):
+            current = found.setdefault(line.strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: textwrap.dedent("\n".join(body)).strip() for name, body in found.items()}
+
+
+def _plain(text: str) -> str:
+    """One paragraph per blank-line block, its lines joined: ``reST`` literals as is."""
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
+def rule_descriptor(rule: ModuleType) -> dict:
+    """The SARIF ``reportingDescriptor`` of a rule module."""
+    sections = _sections(rule.__doc__ or "")
+    text = "\n\n".join(f"{name}\n{_plain(sections.get(name, ''))}" for name in SECTIONS)
+    markdown = "\n\n".join(
+        f"**{name}**\n\n{_plain(sections.get(name, '')).replace('``', '`')}" for name in SECTIONS
+    )
+    return {
+        "id": rule.CODE,
+        "name": rule.NAME,
+        "shortDescription": {"text": rule.SUMMARY},
+        "fullDescription": {"text": _plain(sections.get("What it checks", rule.SUMMARY))},
+        "help": {"text": text, "markdown": markdown},
+        "defaultConfiguration": {"level": _level(rule.SEVERITY)},
+        "properties": {"tags": ["pipeline-parallel", rule.CODE[:3] + "xx"]},
+    }
+
+
+def _level(severity: str) -> str:
+    return "warning" if severity == "warning" else "error"
+
+
+def _result(d: Diagnostic, index: dict[str, int], fallback: dict | None) -> dict:
+    physical = _physical(d.source) if d.source else fallback
+    location: dict = {"physicalLocation": physical} if physical else {}
+    if d.module:
+        location["logicalLocations"] = [{"fullyQualifiedName": d.module, "kind": "module"}]
+    where = {"cut": d.cut, "stage": d.stage, "node": d.node, "module": d.module}
+    result = {
+        "ruleId": d.code,
+        "level": _level(d.severity),
+        "message": {"text": d.message},
+        "locations": [location] if location else [],
+        "properties": {k: v for k, v in where.items() if v is not None},
+    }
+    if d.code in index:
+        result["ruleIndex"] = index[d.code]
+    return result
+
+
+def _uri(path: str) -> str:
+    """``path`` as a URI reference: relative (``/``-separated) under the working
+    directory, a ``file:`` URI elsewhere."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return quote(absolute.relative_to(Path.cwd()).as_posix())
+    except ValueError:
+        return absolute.as_uri()
+
+
+def _physical(source: str) -> dict | None:
+    """``{"artifactLocation": ..., "region": {"startLine": N}}`` of ``path:N: code``."""
+    match = _SOURCE.match(source)
+    if match is None:
+        return None
+    line = int(match["line"])
+    return {"artifactLocation": {"uri": _uri(match["path"])}, "region": {"startLine": line}}
+
+
+def _factory_location(model: str) -> dict | None:
+    """Where the factory of a ``file.py:factory`` model is defined (its file alone when
+    the definition is not found); ``None`` for any other spec."""
+    path, _, factory = model.rpartition(":")
+    if not path.endswith(".py") or not os.path.isfile(path):
+        return None
+    location: dict = {"artifactLocation": {"uri": _uri(path)}}
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return location
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == factory:
+            location["region"] = {"startLine": node.lineno}
+    return location

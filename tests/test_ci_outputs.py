@@ -1,0 +1,107 @@
+"""The outputs for CI: ``--format sarif`` checked against the official SARIF 2.1.0 schema
+(shipped in tests/data, nothing is fetched), its results located at the model's source
+line; each on a violating fixture and its passing twin.
+
+Reports come from the harness's cached explorers, so no test here exports a model of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from harness import ROOT, cut_map, spec, verify
+
+from graphcheck.diagnostics import Diagnostic
+from graphcheck.report import Report, render
+from graphcheck.rules import RULES
+
+SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+VIOLATION = "violations:skip_connection"
+TWIN = "reference:reference"
+
+
+def _sarif(result) -> dict:
+    """``result`` as SARIF, validated against the schema (every error listed if not)."""
+    log = json.loads(render(result, "sarif"))
+    validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(log)]
+    assert not errors, errors
+    return log
+
+
+def test_schema_is_the_official_one_and_rejects_a_broken_log():
+    """The validation below can fail: the shipped schema rejects a log without ``runs``."""
+    assert SCHEMA["title"].startswith("Static Analysis Results Format (SARIF) Version 2.1.0")
+    validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
+    assert not validator.is_valid({"version": "2.1.0"})
+    assert not validator.is_valid({"version": "2.1.0", "runs": [{"tool": {}}]})
+
+
+def test_sarif_locates_the_violation_at_the_model_source_line():
+    report = verify(VIOLATION, (4,))
+    (run,) = _sarif(report)["runs"]
+    (result,) = run["results"]
+    assert (result["ruleId"], result["level"]) == ("GC201", "error")
+    assert result["message"]["text"] == report.diagnostics[0].message
+    assert result["properties"] | {"cut": 4, "stage": 1} == result["properties"]
+    physical = result["locations"][0]["physicalLocation"]
+    path, line = physical["artifactLocation"]["uri"], physical["region"]["startLine"]
+    assert not Path(path).is_absolute()
+    code = report.diagnostics[0].source.split(": ", 1)[1]
+    assert code in Path(path).read_text(encoding="utf-8").splitlines()[line - 1]
+    rules = run["tool"]["driver"]["rules"]
+    assert rules[result["ruleIndex"]]["id"] == "GC201"
+    assert run["properties"]["verdict"] == "fail"
+
+
+def test_sarif_of_the_passing_twin_has_no_results():
+    (run,) = _sarif(verify(TWIN, (4,)))["runs"]
+    assert run["results"] == []
+    assert run["properties"]["verdict"] == "pass"
+
+
+def test_sarif_of_a_map_holds_every_failing_boundary():
+    report = cut_map(VIOLATION)
+    (run,) = _sarif(report)["runs"]
+    assert sorted({r["properties"]["cut"] for r in run["results"] if "cut" in r["properties"]}) == (
+        sorted({d.cut for d in report.diagnostics if d.cut is not None})
+    )
+    assert run["results"] and len(run["results"]) == len(report.diagnostics)
+
+
+def test_one_descriptor_per_rule_from_its_doc():
+    (run,) = _sarif(verify(TWIN, (4,)))["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == [rule.CODE for rule in RULES]
+    for descriptor, rule in zip(rules, RULES, strict=True):
+        assert descriptor["name"] == rule.NAME
+        assert descriptor["shortDescription"]["text"] == rule.SUMMARY
+        assert descriptor["defaultConfiguration"]["level"] == rule.SEVERITY
+        for section in ("What it checks", "Why it matters", "Example", "Fix"):
+            assert f"**{section}**" in descriptor["help"]["markdown"], (rule.CODE, section)
+    gc202 = rules[[r.CODE for r in RULES].index("GC202")]
+    assert gc202["fullDescription"]["text"].startswith("The residual crossing each cut")
+
+
+def test_finding_without_a_source_line_points_at_the_factory():
+    """A warning with no node: located at ``def skip_connection`` in the fixture file."""
+    model = spec(VIOLATION)
+    found = Diagnostic("GC302", "layer-identity-lost", "renumbered", severity="warning")
+    (run,) = _sarif(Report(model=model, num_layers=8, mode="verify", diagnostics=[found]))["runs"]
+    (result,) = run["results"]
+    assert result["level"] == "warning"
+    physical = result["locations"][0]["physicalLocation"]
+    lines = (ROOT / "fixtures/violations.py").read_text(encoding="utf-8").splitlines()
+    assert lines[physical["region"]["startLine"] - 1].startswith("def skip_connection(")
+
+
+@pytest.mark.parametrize("command", ["plan", "gate"])
+def test_sarif_refuses_plan_and_gate_before_any_export(cli, command):
+    plan = ["--stages", "2"] if command == "plan" else ["--cuts", "1"]
+    code, out, err = cli(command, "no/such/model.py:f", *plan, "--format", "sarif")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert f"--format sarif does not render graphcheck {command}" in err
