@@ -192,7 +192,7 @@ def formats() -> list[str]:
     """The output formats: one per module of :mod:`graphcheck.reporters`.
 
     >>> formats()
-    ['html', 'json', 'sarif', 'text']
+    ['html', 'json', 'markdown', 'sarif', 'text']
     """
     package = importlib.import_module("graphcheck.reporters")
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)

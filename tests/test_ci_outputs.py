@@ -1,6 +1,7 @@
 """The outputs for CI: ``--format sarif`` checked against the official SARIF 2.1.0 schema
 (shipped in tests/data, nothing is fetched), its results located at the model's source
-line; each on a violating fixture and its passing twin.
+line; ``--format markdown`` parsed by a Markdown library and its tables read cell by
+cell; each on a violating fixture and its passing twin.
 
 Reports come from the harness's cached explorers, so no test here exports a model of its own.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from harness import ROOT, cut_map, spec, verify
+from markdown_it import MarkdownIt
 
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.report import Report, render
@@ -98,10 +100,76 @@ def test_finding_without_a_source_line_points_at_the_factory():
     assert lines[physical["region"]["startLine"] - 1].startswith("def skip_connection(")
 
 
+def _parse(text: str) -> tuple[list[str], list[list[list[str]]], list[str]]:
+    """The headings, the tables (rows of cells, the header row first) and the list
+    items of a Markdown text, as the CommonMark parser with tables reads it."""
+    headings, tables, items = [], [], []
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open":
+            headings.append(tokens[i + 1].content)
+        elif token.type == "table_open":
+            tables.append([])
+        elif token.type == "tr_open":
+            tables[-1].append([])
+        elif token.type in ("th_open", "td_open"):
+            tables[-1][-1].append(tokens[i + 1].content)
+        elif token.type == "list_item_open":
+            items.append(tokens[i + 2].content)
+    return headings, tables, items
+
+
+def test_markdown_of_a_violation_tables_the_cut_and_its_crossing_set():
+    report = verify(VIOLATION, (4,))
+    headings, tables, items = _parse(render(report, "markdown"))
+    assert "FAIL" in headings[0]
+    cuts, crossing = tables
+    assert cuts[0] == ["cut", "verdict", "codes", "activations crossing"]
+    ((position, verdict, codes, wire),) = cuts[1:]
+    assert (position, verdict, codes) == ("4", "FAIL", "GC201")
+    assert wire.count("bfloat16") == 2 and "embedding" in wire
+    assert crossing[0][:3] == ["value", "role", "dtype"]
+    assert len(crossing) - 1 == len(report.cut(4).crossing)
+    roles = {row[0]: row[1] for row in crossing[1:]}
+    assert roles["embedding"] == "activation"
+    assert "What crosses cut 4" in headings
+    (item,) = items
+    assert item.startswith("**GC201**") and "Fix:" in item and "fixtures/reference.py:184" in item
+
+
+def test_markdown_of_the_passing_twin():
+    headings, tables, items = _parse(render(verify(TWIN, (4,)), "markdown"))
+    assert "PASS" in headings[0]
+    ((_, row),) = tables
+    assert row[:3] == ["4", "PASS", "-"]
+    assert items == [] and not any("What crosses" in h for h in headings)
+
+
+def test_markdown_of_a_map_has_a_row_per_boundary():
+    report = cut_map(VIOLATION)
+    _, tables, items = _parse(render(report, "markdown"))
+    rows = tables[0][1:]
+    assert [(int(r[0]), r[1]) for r in rows] == [
+        (c.position, c.verdict.upper()) for c in report.cuts
+    ]
+    first = next(c.position for c in report.cuts if c.verdict == "fail")
+    assert len(tables[1]) - 1 == len(report.cut(first).crossing)
+    assert sum("Fix:" in item for item in items) == 1  # once per code
+
+
+def test_markdown_shows_the_first_findings_and_counts_the_rest():
+    found = [Diagnostic("GC202", "boundary-not-bf16", f"cut {i} | fp32", cut=i) for i in range(13)]
+    text = render(Report(model="m.py:f", num_layers=13, mode="map", diagnostics=found), "markdown")
+    _, _, items = _parse(text)
+    assert len(items) == 11 and "3 more" in items[-1]
+    assert "cut 0 | fp32" in items[0]
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "markdown"])
 @pytest.mark.parametrize("command", ["plan", "gate"])
-def test_sarif_refuses_plan_and_gate_before_any_export(cli, command):
+def test_refuses_plan_and_gate_before_any_export(cli, command, fmt):
     plan = ["--stages", "2"] if command == "plan" else ["--cuts", "1"]
-    code, out, err = cli(command, "no/such/model.py:f", *plan, "--format", "sarif")
+    code, out, err = cli(command, "no/such/model.py:f", *plan, "--format", fmt)
     assert (code, out) == (2, "")
     assert err.count("\n") == 1
-    assert f"--format sarif does not render graphcheck {command}" in err
+    assert f"--format {fmt} does not render graphcheck {command}" in err

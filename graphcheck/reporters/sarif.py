@@ -18,7 +18,7 @@ It renders ``verify`` and ``map`` reports; a plan or a gate result is a usage er
 
 >>> _physical("fixtures/violations.py:44: x = f(y)")
 {'artifactLocation': {'uri': 'fixtures/violations.py'}, 'region': {'startLine': 44}}
->>> _sections("GC1 x\\n\\nFix\\n    Do it.\\n")["Fix"]
+>>> doc_sections("GC1 x\\n\\nFix\\n    Do it.\\n")["Fix"]
 'Do it.'
 """
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from graphcheck.diagnostics import Diagnostic
     from graphcheck.report import Report
 
-__all__ = ["KINDS", "NAME", "SCHEMA", "VERSION", "render", "rule_descriptor"]
+__all__ = ["KINDS", "NAME", "SCHEMA", "VERSION", "doc_sections", "render", "rule_descriptor"]
 
 NAME = "sarif"
 KINDS = frozenset({"verify", "map"})  # the results this format renders
@@ -84,7 +84,7 @@ def _run(report: Report) -> dict:
     }
 
 
-def _sections(doc: str) -> dict[str, str]:
+def doc_sections(doc: str) -> dict[str, str]:
     """A rule doc's sections by heading, each body dedented; an unindented paragraph
     after the last section (a note) is kept in that section."""
     found: dict[str, list[str]] = {}
@@ -104,7 +104,7 @@ def _plain(text: str) -> str:
 
 def rule_descriptor(rule: ModuleType) -> dict:
     """The SARIF ``reportingDescriptor`` of a rule module."""
-    sections = _sections(rule.__doc__ or "")
+    sections = doc_sections(rule.__doc__ or "")
     text = "\n\n".join(f"{name}\n{_plain(sections.get(name, ''))}" for name in SECTIONS)
     markdown = "\n\n".join(
         f"**{name}**\n\n{_plain(sections.get(name, '')).replace('``', '`')}" for name in SECTIONS

@@ -1,0 +1,136 @@
+"""``--format markdown``: a compact summary for a pull-request comment.
+
+A heading with the verdict, the model and the mode; one table row per cut (its
+position, verdict, codes and the activations that cross it); the first diagnostics
+with where they come from and their rule's fix; and the crossing set of the first
+violating cut in full. It renders ``verify`` and ``map`` reports; a plan or a gate
+result is a usage error (the command line refuses them before any export).
+
+>>> _cell("a|b `c`")
+'a\\\\|b \\\\`c\\\\`'
+>>> _code("x = f(y)")
+'`x = f(y)`'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from graphcheck._version import __version__
+from graphcheck.analysis.taint import Role
+from graphcheck.errors import UsageError
+from graphcheck.reporters.sarif import doc_sections
+from graphcheck.rules import by_code
+
+if TYPE_CHECKING:
+    from graphcheck.analysis.dataflow import Crossing
+    from graphcheck.diagnostics import Diagnostic
+    from graphcheck.report import CutReport, Report
+
+__all__ = ["KINDS", "MAX_DIAGNOSTICS", "NAME", "render"]
+
+NAME = "markdown"
+KINDS = frozenset({"verify", "map"})  # the results this format renders
+MAX_DIAGNOSTICS = 10  # a PR comment shows the first ones; the rest are counted
+
+
+def render(result: Report) -> str:
+    if result.kind not in KINDS:
+        raise UsageError(
+            f"--format markdown summarises graphcheck verify or map, not {result.kind}; "
+            f"use --format text or json for {result.kind}"
+        )
+    parts = [_heading(result), _cuts(result), _diagnostics(result), _first_violation(result)]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Text safe in a table cell: pipes and backticks escaped, on one line."""
+    return " ".join(text.replace("|", "\\|").replace("`", "\\`").split())
+
+
+def _code(text: str) -> str:
+    """Inline code; a text holding a backtick is fenced with two."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _heading(report: Report) -> str:
+    mark = "✅" if report.verdict == "pass" else "❌"
+    proven = sum(c.verdict == "pass" for c in report.cuts)
+    return (
+        f"### {mark} graphcheck {report.mode}: {report.verdict.upper()}\n\n"
+        f"{_code(report.model)} · {report.program_mode} mode · {report.num_layers} layers · "
+        f"{proven}/{len(report.cuts)} cuts proven · graphcheck {__version__}"
+    )
+
+
+def _wire(crossing: list[Crossing]) -> str:
+    acts = [c for c in crossing if c.role == Role.ACTIVATION]
+    return ", ".join(f"{c.node.name} {c.dtype or '?'} {_shape(c)}" for c in acts) or "-"
+
+
+def _shape(c: Crossing) -> str:
+    return "[" + ", ".join(c.shape) + "]" if c.shape is not None else "-"
+
+
+def _cuts(report: Report) -> str:
+    if not report.cuts:
+        return ""
+    rows = ["| cut | verdict | codes | activations crossing |", "|---:|---|---|---|"]
+    for cut in report.cuts:
+        codes = ", ".join(sorted(set(cut.codes))) or "-"
+        rows.append(
+            f"| {cut.position} | {cut.verdict.upper()} | {codes} | {_cell(_wire(cut.crossing))} |"
+        )
+    return "\n".join(rows)
+
+
+def _fix(code: str) -> str | None:
+    rule = by_code().get(code)
+    fix = doc_sections(rule.__doc__ or "").get("Fix") if rule is not None else None
+    return " ".join(fix.split("\n\n")[0].split()).replace("``", "`") if fix else None
+
+
+def _item(d: Diagnostic, fix: bool) -> str:
+    """A finding as a list item; ``fix`` adds its rule's fix (once per code)."""
+    where = [f"cut {d.cut}" if d.cut is not None else None]
+    where += [f"stage {d.stage}" if d.stage is not None else None]
+    label = " (warning)" if d.severity == "warning" else ""
+    head = f"- **{d.code}** {d.name}{label}" + "".join(f" · {w}" for w in where if w)
+    lines = [head, f"  {' '.join(d.message.split())}"]
+    if d.source:
+        lines.append(f"  at {_code(d.source)}")
+    hint = _fix(d.code) if fix else None
+    if hint:
+        lines.append(f"  *Fix:* {hint}")
+    return "\n".join(lines)
+
+
+def _diagnostics(report: Report) -> str:
+    if not report.diagnostics:
+        return "No findings."
+    shown = report.diagnostics[:MAX_DIAGNOSTICS]
+    lines = [f"#### Findings ({len(report.diagnostics)})", ""]
+    lines += [_item(d, d.code not in {e.code for e in shown[:i]}) for i, d in enumerate(shown)]
+    rest = len(report.diagnostics) - len(shown)
+    if rest:
+        lines.append(f"- … and {rest} more (`--format text` or `json` lists them all)")
+    return "\n".join(lines)
+
+
+def _first_violation(report: Report) -> str:
+    cut: CutReport | None = next((c for c in report.cuts if c.verdict == "fail"), None)
+    if cut is None:
+        return ""
+    rows = [
+        f"#### What crosses cut {cut.position}",
+        "",
+        "| value | role | dtype | shape | producer | consumers |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in cut.crossing:
+        cells = [c.node.name, str(c.role), c.dtype or "-", _shape(c), c.producer]
+        more = f" +{len(c.consumers) - 2}" if len(c.consumers) > 2 else ""
+        cells.append(", ".join(c.consumers[:2]) + more or "-")
+        rows.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+    return "\n".join(rows)
