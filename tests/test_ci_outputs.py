@@ -1,7 +1,8 @@
 """The outputs for CI: ``--format sarif`` checked against the official SARIF 2.1.0 schema
 (shipped in tests/data, nothing is fetched), its results located at the model's source
 line; ``--format markdown`` parsed by a Markdown library and its tables read cell by
-cell; each on a violating fixture and its passing twin.
+cell; each on a violating fixture and its passing twin. The pytest plugin runs in a user's
+test file under pytester: a passing model passes, a violating one fails with the report.
 
 Reports come from the harness's cached explorers, so no test here exports a model of its own.
 """
@@ -19,6 +20,8 @@ from markdown_it import MarkdownIt
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.report import Report, render
 from graphcheck.rules import RULES
+
+pytest_plugins = ["pytester"]
 
 SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 VIOLATION = "violations:skip_connection"
@@ -173,3 +176,54 @@ def test_refuses_plan_and_gate_before_any_export(cli, command, fmt):
     assert (code, out) == (2, "")
     assert err.count("\n") == 1
     assert f"--format {fmt} does not render graphcheck {command}" in err
+
+
+# Two-layer variants of the fixtures, as a user's model file (an export each: kept small).
+USER_MODELS = """
+import sys
+sys.path.insert(0, {fixtures!r})
+from reference import Config, reference
+from violations import SkipDecoder, _lm
+
+
+def small_reference():
+    return reference(2)
+
+
+def small_skip_connection():
+    return _lm(SkipDecoder, Config(num_hidden_layers=2))
+"""
+
+USER_TESTS = """
+from graphcheck.pytest_plugin import assert_cuts
+
+MODELS = {models!r}
+
+
+def test_reference(graphcheck_assert_cuts):
+    report = graphcheck_assert_cuts(MODELS + ":small_reference", cuts=[1])
+    assert report.verdict == "pass"
+
+
+def test_skip_connection(graphcheck_assert_cuts):
+    graphcheck_assert_cuts(MODELS + ":small_skip_connection", cuts=[1])
+
+
+def test_bad_cut_is_an_error_not_a_pass():
+    assert_cuts(MODELS + ":small_reference", cuts=[99])
+"""
+
+
+def test_pytest_plugin_fails_a_user_test_with_the_report(pytester):
+    """One in-process run: the fixture comes from the ``pytest11`` entry point (the
+    user's file never names the plugin), the violation fails with its rule code and
+    text report, and an unprovable plan raises graphcheck's own error."""
+    models = pytester.makepyfile(user_models=USER_MODELS.format(fixtures=str(ROOT / "fixtures")))
+    pytester.makepyfile(test_user=USER_TESTS.format(models=str(models)))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+    result.assert_outcomes(passed=1, failed=2)
+    failures = {r.head_line: r.longreprtext for r in result.reprec.getreports() if r.failed}
+    skip = failures["test_skip_connection"]
+    assert "AssertionError: graphcheck: the cuts are not proven (GC201)" in skip
+    assert "GC201 extra-activation-crosses-cut" in skip and "verdict: FAIL" in skip
+    assert "UsageError" in failures["test_bad_cut_is_an_error_not_a_pass"]

@@ -28,12 +28,12 @@ LAYERS = (
     ("graphcheck.report", "graphcheck.reporters"),
     ("graphcheck.api",),
     ("graphcheck.gate",),
-    ("graphcheck.cli",),
+    ("graphcheck.cli", "graphcheck.pytest_plugin"),
     ("graphcheck", "graphcheck.__main__"),
 )
 TOP_LEVEL = {
     "__init__.py", "__main__.py", "_version.py", "api.py", "checker.py", "cli.py",
-    "diagnostics.py", "errors.py", "report.py", "varlen.py",
+    "diagnostics.py", "errors.py", "pytest_plugin.py", "report.py", "varlen.py",
 }  # fmt: skip
 FOLDERS = {"analysis", "gate", "kernels", "model", "reporters", "rules", "stages"}
 
