@@ -3,6 +3,7 @@
 line; ``--format markdown`` parsed by a Markdown library and its tables read cell by
 cell; each on a violating fixture and its passing twin. The pytest plugin runs in a user's
 test file under pytester: a passing model passes, a violating one fails with the report.
+The pre-commit hook and the example workflow are read as YAML and their structure checked.
 
 Reports come from the harness's cached explorers, so no test here exports a model of its own.
 """
@@ -10,10 +11,12 @@ Reports come from the harness's cached explorers, so no test here exports a mode
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 from harness import ROOT, cut_map, spec, verify
 from markdown_it import MarkdownIt
 
@@ -227,3 +230,34 @@ def test_pytest_plugin_fails_a_user_test_with_the_report(pytester):
     assert "AssertionError: graphcheck: the cuts are not proven (GC201)" in skip
     assert "GC201 extra-activation-crosses-cut" in skip and "verdict: FAIL" in skip
     assert "UsageError" in failures["test_bad_cut_is_an_error_not_a_pass"]
+
+
+def test_pre_commit_hook_runs_verify_with_the_users_args():
+    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert (hook["id"], hook["entry"], hook["language"]) == (
+        "graphcheck",
+        "graphcheck verify",
+        "python",
+    )
+    assert hook["pass_filenames"] is False
+    assert re.search(hook["files"], "models/llama.py") and not re.search(hook["files"], "a.md")
+
+
+def test_example_workflow_uploads_the_sarif_and_posts_the_markdown():
+    workflow = yaml.safe_load((ROOT / "examples/github-workflow.yml").read_text(encoding="utf-8"))
+    (job,) = workflow["jobs"].values()
+    steps = job["steps"]
+    runs = "\n".join(step.get("run", "") for step in steps)
+    assert (
+        "--index-url https://download.pytorch.org/whl/cpu"
+        in runs.split("pip install graphcheck")[0]
+    )
+    assert "--format sarif --output graphcheck.sarif" in runs
+    assert "--format markdown --output graphcheck.md" in runs
+    (upload,) = [
+        s for s in steps if s.get("uses", "").startswith("github/codeql-action/upload-sarif@")
+    ]
+    assert upload["with"]["sarif_file"] == "graphcheck.sarif"
+    assert steps.index(upload) > next(i for i, s in enumerate(steps) if "sarif" in s.get("run", ""))
+    assert any("graphcheck.md" in s.get("run", "") and "comment" in s["run"] for s in steps)
+    assert workflow["permissions"]["security-events"] == "write"
