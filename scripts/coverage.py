@@ -65,6 +65,7 @@ _WRAPPER = re.compile(r"^factory \S+\(\) raised ModelLoadError: ")
 _BUILD = re.compile(
     r"^factory \S+\(\) raised|invalid config|is invalid|unknown model type|no causal LM"
 )
+_LAYOUT = re.compile(r"found; pass --(layers|inputs|outputs)")
 _AT = re.compile(r"^\s+at (\S+?):(\d+)")
 _UNKNOWN_OP = re.compile(r"`([^`]+)` is not in graphcheck's op table")
 
@@ -78,6 +79,7 @@ class Outcome(StrEnum):
 class Exported(StrEnum):
     YES = "yes"
     BUILD = "no (build failed)"
+    LAYOUT = "no (layout not found)"
     EXPORT = "no (export failed)"
     NO = "no"
 
@@ -139,7 +141,8 @@ def _judged(family: str, code: int, report: dict, seconds: float) -> Result:
     proven = sum(cut.get("verdict") == "pass" for cut in cuts)
     diagnostics = report.get("diagnostics") or []
     errors = [d for d in diagnostics if d.get("severity", "error") == "error"] or diagnostics
-    unknown = _unknown_ops(errors)
+    closed = [d for d in errors if _unknown_ops([d])]  # fail closed: the op table lacks an op
+    real = [d for d in errors if not _unknown_ops([d])]
     examples: dict[str, str] = {}
     for d in diagnostics:  # the first message of each code, for whoever reads the JSON
         examples.setdefault(d["code"], f"{d.get('module')}: {d.get('message', '')}")
@@ -156,14 +159,23 @@ def _judged(family: str, code: int, report: dict, seconds: float) -> Result:
         nodes=report.get("nodes"),
     )
     if code == 1:
-        result.codes = dict(sorted(Counter(d["code"] for d in errors).items()))
-    if code == 1 and unknown and all(_unknown_ops([d]) for d in errors):
+        result.codes = _counts(real or closed)
+    if code == 1 and closed and not real:
         # fail closed on ops graphcheck does not know: not proven, and not shown to be wrong
         result.outcome = Outcome.UNSUPPORTED
-        result.reason = f"fail closed on ops graphcheck's table lacks: {', '.join(unknown)}"
-    elif unknown:
-        result.reason = f"also fail closed on: {', '.join(unknown)}"
+        result.reason = f"fail closed on ops graphcheck's table lacks: {_ops(closed)}"
+    elif code == 1 and closed:
+        shown = ", ".join(f"{c} ×{n}" for c, n in _counts(closed).items())
+        result.reason = f"also fail closed on {_ops(closed)} ({shown})"
     return result
+
+
+def _counts(diagnostics: Sequence[dict]) -> dict[str, int]:
+    return dict(sorted(Counter(d["code"] for d in diagnostics).items()))
+
+
+def _ops(diagnostics: Sequence[dict]) -> str:
+    return ", ".join(_unknown_ops(diagnostics))
 
 
 def _unknown_ops(diagnostics: Sequence[dict]) -> list[str]:
@@ -179,6 +191,8 @@ def _unsupported(
         exported = Exported.EXPORT
     elif _BUILD.search(reason):
         exported = Exported.BUILD
+    elif _LAYOUT.search(reason):
+        exported = Exported.LAYOUT
     else:
         exported = Exported.NO
     reason = _WRAPPER.sub("", reason)

@@ -1,0 +1,269 @@
+"""Every transformers decoder family: tiny configs that build, and the README coverage table.
+
+``hf:<model_type>`` must build for families whose defaults name real token ids (clipped into
+the tiny vocabulary), per-layer tables and fixed-depth layer lists; ``scripts/coverage.py``
+sorts ``graphcheck map`` runs into outcomes and keeps README's table, one row per family of
+the pinned transformers.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import sys
+
+import pytest
+from harness import ROOT
+
+from graphcheck.errors import ModelLoadError
+from graphcheck.model.hf import _defaults, build_config, clip_token_ids, hf_factory
+from graphcheck.model.load import build_fake, fake_mode
+
+
+def _script():
+    name = "graphcheck_scripts_coverage"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "coverage.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the class is made
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+coverage = _script()
+
+
+# --- tiny configs ----------------------------------------------------------------------------
+
+
+def test_smollm3_builds_with_its_pad_id_inside_the_tiny_vocab():
+    config = build_config("hf:smollm3")
+    assert config.vocab_size == 256 and 0 <= config.pad_token_id < 256
+    model = build_fake(hf_factory("hf:smollm3", {"num_hidden_layers": 1}), fake_mode())
+    embed = model.model.embed_tokens
+    assert embed.num_embeddings == 256 and embed.padding_idx == config.pad_token_id
+
+
+def test_token_ids_beyond_the_vocab_are_clipped_lists_too():
+    values = {
+        "pad_token_id": 300,
+        "eos_token_id": [2, 128001, 128009],
+        "image_token_index": 256,
+        "bos_token_id": 1,  # inside: kept
+        "sep_token_id": None,
+        "decoder_start_token_id": -1,  # below: not an index past the table
+        "use_token_ids": True,  # a flag, not an id
+        "max_position_embeddings": 4096,  # not a token id
+    }
+    assert clip_token_ids(values, 256) == {
+        "pad_token_id": 255,
+        "eos_token_id": [2, 255, 255],
+        "image_token_index": 255,
+    }
+    assert clip_token_ids(values, 256, keep={"pad_token_id"}) == {
+        "eos_token_id": [2, 255, 255],
+        "image_token_index": 255,
+    }
+    assert clip_token_ids(values, None) == {}
+
+
+def test_clipping_follows_the_vocab_and_spares_set_ids():
+    config = build_config("hf:smollm3", {"vocab_size": 100})  # 128004, 128000, 128001
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (99, 99, 99)
+    kept = build_config("hf:smollm3", {"pad_token_id": 7})
+    assert (kept.pad_token_id, kept.bos_token_id) == (7, 255)
+
+
+def test_family_tables_shrink_with_the_depth():
+    zamba2 = build_config("hf:zamba2")  # layer types of a fixed length: their first entries
+    assert zamba2.num_hidden_layers == 8 and len(zamba2.layers_block_type) == 8
+    gemma4 = build_config("hf:gemma4_text")  # per-layer head dim: twice the tiny one
+    full = [i for i, kind in enumerate(gemma4.layer_types) if kind == "full_attention"]
+    table = gemma4.to_dict()["per_layer_config"]
+    assert sorted(int(k) for k in table) == full and 7 in full  # the depth's own last layer
+    assert {entry["head_dim"] for entry in table.values()} == {32}
+
+
+def test_text_config_outside_the_auto_mapping_uses_the_listed_class():
+    assert hf_factory("hf:mllama").__name__ == "MllamaForCausalLM[mllama_text_model]"
+
+
+def test_family_with_its_own_attention_table_says_why_in_one_line():
+    with pytest.raises(ModelLoadError, match="git picks its attention from its own table") as err:
+        build_fake(hf_factory("hf:git", {"num_hidden_layers": 1}), fake_mode())
+    assert "\n" not in str(err.value) and "attn_implementation=eager" in str(err.value)
+
+
+def test_invalid_default_config_is_one_line():
+    class Broken:
+        def __init__(self):
+            raise ValueError("checks\nhidden_size_per_layer_input must be 0, got 256")
+
+    with pytest.raises(ModelLoadError) as err:
+        _defaults(Broken, "hf:broken")
+    assert str(err.value) == (
+        "hf:broken: the default Broken is invalid: hidden_size_per_layer_input must be 0, got 256"
+    )
+
+
+# --- the README table ------------------------------------------------------------------------
+
+
+def _rows() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, stop = text.index(coverage.BEGIN), text.index(coverage.END)
+    lines = [ln for ln in text[start:stop].splitlines() if ln.startswith("| `")]
+    return [[cell.strip() for cell in ln.strip("|").split(" | ")] for ln in lines]
+
+
+def test_readme_table_has_one_row_per_family_of_the_pinned_transformers():
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    rows = _rows()
+    names = [row[0].strip("`") for row in rows]
+    assert sorted(names) == sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    assert len(names) == len(set(names))
+    outcomes = {str(o) for o in coverage.Outcome}
+    assert all(row[3] in outcomes for row in rows), [r for r in rows if r[3] not in outcomes]
+
+
+def test_readme_table_is_the_committed_results():
+    path = ROOT / "docs" / "coverage.json"
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    results = list(coverage.load(path).values())
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = coverage.markdown(results, saved["transformers"])
+    assert coverage.rewrite(text, table) == text, "run scripts/coverage.py --load ... --write"
+
+
+# --- the classifier --------------------------------------------------------------------------
+
+
+def _report(verdicts: str, *diagnostics: tuple[str, str] | tuple[str, str, str]) -> str:
+    cuts = [{"position": i, "verdict": v} for i, v in enumerate(verdicts.split())]
+    diags = [
+        {"code": d[0], "name": "n" + d[0], "severity": d[1], "message": d[2] if d[2:] else "m"}
+        for d in diagnostics
+    ]
+    return json.dumps({"cuts": cuts, "diagnostics": diags, "export_seconds": 1.5, "nodes": 9})
+
+
+UNKNOWN = "`aten.min.other` is not in graphcheck's op table and touches the token dimension"
+
+
+def test_exit_0_is_all_cuts_proven():
+    result = coverage.classify("llama", 0, _report("pass pass pass"), "", 2.0)
+    assert (result.outcome, result.exported, result.cuts) == ("all cuts proven", "yes", "3/3")
+    assert result.codes == {} and "| all cuts proven | - |" in coverage._row(result)
+
+
+def test_exit_1_lists_the_distinct_error_codes():
+    diags = [("GC205", "error")] * 3 + [("GC501", "error"), ("GC302", "warning")]
+    result = coverage.classify("gpt2", 1, _report("fail fail pass", *diags), "")
+    assert result.outcome == "true finding" and result.cuts == "1/3"
+    assert result.codes == {"GC205": 3, "GC501": 1}
+    assert "GC205 nGC205 ×3, GC501 nGC501 ×1" in coverage._row(result)
+
+
+def test_findings_that_only_fail_closed_on_unknown_ops_are_unsupported():
+    only = _report("pass fail", ("GC401", "error", UNKNOWN), ("GC401", "error", UNKNOWN))
+    result = coverage.classify("apertus", 1, only, "")
+    assert (result.outcome, result.exported, result.cuts) == ("unsupported", "yes", "1/2")
+    assert coverage._details(result) == (
+        "fail closed on ops graphcheck's table lacks: aten.min.other (GC401 nGC401 ×2)"
+    )
+    mixed = _report("fail", ("GC205", "error"), ("GC401", "error", UNKNOWN), ("GC401", "error"))
+    result = coverage.classify("x", 1, mixed, "")
+    assert result.outcome == "true finding" and result.codes == {"GC205": 1, "GC401": 1}
+    assert coverage._details(result) == (
+        "GC205 nGC205 ×1, GC401 nGC401 ×1; also fail closed on aten.min.other (GC401 ×1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "stdout", "stderr", "exported", "reason"),
+    [
+        (
+            2,
+            "",
+            "Some warning\ngraphcheck: error: torch.export failed: GuardOnDataDependentSymNode: "
+            "Eq(u0, 1)\n  at /x/transformers/models/a/modeling_a.py:57 in forward\n"
+            "    if x:\n  expression: Eq(u0, 1)\n",
+            "no (export failed)",
+            "torch.export failed: GuardOnDataDependentSymNode: Eq(u0, 1) (at modeling_a.py:57)",
+        ),
+        (
+            2,
+            "",
+            "graphcheck: error: factory AutoModelForCausalLM[a]() raised ModelLoadError: "
+            "a reads a tensor's value while it is built\n",
+            "no (build failed)",
+            "a reads a tensor's value while it is built",
+        ),
+        (
+            2,
+            "",
+            "graphcheck: error: no decoder-layer container found; pass --layers PREFIX\n",
+            "no (layout not found)",
+            "no decoder-layer container found; pass --layers PREFIX",
+        ),
+        (
+            1,
+            "",
+            "Traceback (most recent call last):\n  ...\nValueError: boom\n",
+            "no",
+            "crashed (exit 1): ValueError: boom",
+        ),
+        (None, "", "", "no", "timed out after 300 s"),
+    ],
+)
+def test_failures_are_unsupported_with_their_first_error_line(
+    code, stdout, stderr, exported, reason
+):
+    result = coverage.classify("a", code, stdout, stderr, 300.0)
+    assert (result.outcome, result.exported, result.cuts) == ("unsupported", exported, "-")
+    assert coverage._details(result) == reason
+
+
+def test_markdown_summary_and_rewrite_between_the_markers():
+    results = [
+        coverage.classify("a", 0, _report("pass"), ""),
+        coverage.classify("b", 1, _report("fail", ("GC205", "error")), ""),
+        coverage.classify("c", None, "", "", 5.0),
+    ]
+    table = coverage.markdown(results, "9.9")
+    assert "transformers 9.9" in table
+    assert "3 families: 1 all cuts proven, 1 true finding, 1 unsupported" in table
+    assert table.count("\n| `") == 3
+    text = f"intro\n{coverage.BEGIN}\nold\n{coverage.END}\nrest\n"
+    assert (
+        coverage.rewrite(text, table)
+        == f"intro\n{coverage.BEGIN}\n\n{table}\n{coverage.END}\nrest\n"
+    )
+
+
+def test_script_refuses_unknown_families_and_partial_writes(tmp_path, capsys):
+    assert coverage.main(["--only", "no_such_family"]) == 2
+    assert "not a causal-LM family: no_such_family" in capsys.readouterr().err
+    saved = tmp_path / "partial.json"
+    coverage.save(saved, [coverage.classify("llama", 0, _report("pass"), "")], "5.24.0")
+    before = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert coverage.main(["--load", str(saved), "--write"]) == 2
+    assert "--write needs every family" in capsys.readouterr().err
+    assert (ROOT / "README.md").read_text(encoding="utf-8") == before
+
+
+def test_script_doctests():
+    assert doctest.testmod(coverage).failed == 0
+
+
+@pytest.mark.slow
+def test_script_runs_families_in_subprocesses(tmp_path):
+    out = tmp_path / "results.json"
+    assert coverage.main(["--only", "llama", "git", "--jobs", "2", "--json", str(out)]) == 0
+    results = coverage.load(out)
+    assert results["llama"].outcome == "all cuts proven" and results["llama"].cuts == "9/9"
+    assert (
+        results["git"].outcome == "unsupported" and results["git"].exported == "no (build failed)"
+    )
