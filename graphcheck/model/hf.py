@@ -176,10 +176,10 @@ def _builder(target: str, config) -> tuple[str, Callable]:
     lists for the requested type when it takes this config (a text config the auto
     mapping does not list, as ``mllama``'s)."""
     import transformers
-    from transformers import AutoModelForCausalLM
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    if type(config) in AutoModelForCausalLM._model_mapping:
+    if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
         return "AutoModelForCausalLM", AutoModelForCausalLM.from_config
     name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(target)
     cls = getattr(transformers, name, None) if isinstance(name, str) else None
