@@ -215,3 +215,15 @@ def test_no_legal_plan_exits_1_naming_the_blocking_boundaries(cli):
     assert "illegal boundaries: 2 (GC201), 3 (GC201)" in out
     assert "the best plan ignoring legality (--cuts " in out
     assert out.rstrip().endswith("verdict: FAIL (no legal plan)")
+
+
+def test_einsum_flops_read_the_operand_nodes():
+    import torch.fx
+
+    from graphcheck.analysis.cost import _einsum
+
+    graph = torch.fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    a.meta["val"], b.meta["val"] = torch.empty(2, 3), torch.empty(3, 4)
+    assert _einsum("ij,jk->ik", [a, b]) == 2 * 2 * 3 * 4
+    assert _einsum("ij,jk->ik", [a, 5]) is None  # not a tensor: left uncounted

@@ -258,7 +258,11 @@ def _matmul_flops(node: torch.fx.Node, name: str) -> sympy.Expr | None:
 def _einsum(equation: str, operands) -> sympy.Expr | None:
     """``2 · ∏ sizes`` over every index of the equation (``None``: an ellipsis)."""
     inputs = equation.replace(" ", "").split("->")[0].split(",")
+    operands = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in operands]
     if "..." in equation or len(inputs) != len(operands):
+        return None
+    pairs = zip(operands, inputs, strict=True)
+    if not all(isinstance(o, torch.Tensor) and o.dim() == len(i) for o, i in pairs):
         return None
     sizes: dict[str, sympy.Expr] = {}
     for letters, tensor in zip(inputs, operands, strict=True):
