@@ -1,7 +1,8 @@
 """The ``graphcheck`` command line.
 
 Exit status: 0 every cut proven, 1 violations found, 2 could not verify (bad
-arguments, model not found, factory raised, export failed), with one line on
+arguments, model not found, factory raised, export failed, or a bug in graphcheck
+itself: ``GRAPHCHECK_TRACEBACK=1`` shows its traceback), with one line on
 stderr (an export failure adds indented lines below it: the failing line of the
 model, the guard, a hint). ``gate``: 0 bytes equal and documents isolated, 1 either fails, 2 could
 not run (as above, an op without a CPU implementation, or a random op in the program: GC304).
@@ -480,6 +481,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as err:
         print(f"graphcheck: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # a bug in graphcheck: could not verify, never a pass
+        if os.environ.get("GRAPHCHECK_TRACEBACK"):
+            raise
+        print(
+            f"graphcheck: internal error: {type(err).__name__}: {err} (nothing was proven; "
+            "GRAPHCHECK_TRACEBACK=1 shows where)",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -108,3 +108,21 @@ def test_rules_table_lists_every_code(cli):
         "GC101", "GC102", "GC201", "GC202", "GC203", "GC204", "GC205", "GC206",
         "GC301", "GC302", "GC303", "GC304", "GC401", "GC402", "GC403", "GC501",
     ]  # fmt: skip
+
+
+def test_a_bug_in_graphcheck_is_one_line_exit_2(cli, monkeypatch):
+    from graphcheck import api
+
+    def broken(*args, **kwargs):
+        raise AttributeError("'Node' object has no attribute 'shape'")
+
+    monkeypatch.setattr(api, "cut_map", broken)
+    code, out, err = cli("map", REFERENCE)
+    assert (code, out) == (2, "")
+    assert err == (
+        "graphcheck: internal error: AttributeError: 'Node' object has no attribute 'shape' "
+        "(nothing was proven; GRAPHCHECK_TRACEBACK=1 shows where)\n"
+    )
+    monkeypatch.setenv("GRAPHCHECK_TRACEBACK", "1")
+    with pytest.raises(AttributeError):
+        cli("map", REFERENCE)
