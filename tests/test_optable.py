@@ -64,3 +64,14 @@ def test_an_unknown_op_off_tokens_is_not_a_finding():
 def test_a_reduction_over_features_is_token_wise_and_over_tokens_leaks():
     assert graphcheck.cut_map(spec("locality:feature_mean")).codes == set()
     assert "GC401" in graphcheck.cut_map(spec("locality:token_mean")).codes
+
+
+def test_complex_views_and_polar_are_token_wise():
+    # complex rotary embeddings: view_as_complex / polar / view_as_real keep each token's pairs
+    assert graphcheck.cut_map(spec("locality:complex_rotation")).codes == set()
+
+
+def test_elementwise_min_and_random_fills_are_token_wise():
+    # min.other, multiply and in-place random fills read their own element; the randomness
+    # is GC304's finding, not a document leak
+    assert graphcheck.cut_map(spec("locality:elementwise_min_and_random")).codes == {"GC304"}

@@ -722,6 +722,21 @@ def softmax(interp: Interp, node: torch.fx.Node) -> Val:
     return interp.leak(node, "softmax over the token dimension without a document mask")
 
 
+def complex_view(interp: Interp, node: torch.fx.Node) -> Val:
+    """``view_as_real`` adds a trailing dim of 2 (the real and imaginary parts) and
+    ``view_as_complex`` takes it away: element ``x`` reads the pair at ``x``, one token's
+    own values unless that trailing pair dim is a token dim (then it fails closed)."""
+    src = interp.val(node.args[0])
+    if src is None:
+        return unknown(interp, node)
+    n = len(src.toks)
+    if _base(node) == "view_as_real":
+        return _viewed(interp, node, {i: i for i in range(n)}, [*src.toks, None])
+    if not src.toks or src.toks[-1] is not None:
+        return unknown(interp, node)
+    return _viewed(interp, node, {i: i for i in range(n - 1)}, list(src.toks[:-1]))
+
+
 def dropout(interp: Interp, node: torch.fx.Node):
     """Dropout and its variants: element ``x`` of the result reads element ``x`` of the
     input (feature dropout zeroes whole slices chosen at random, never from another
@@ -764,7 +779,9 @@ aten.lift_fresh_copy.default aten.copy.default aten.float.default aten.bfloat16.
 aten.half.default aten.positive.default aten.fill.Scalar aten.fill.Tensor
 aten.hardtanh.default aten.leaky_relu.default aten.elu.default aten.mish.default
 aten.logit.default aten.atan.default aten.cosh.default aten.sinh.default
-aten.bernoulli.p aten.bernoulli.default
+aten.bernoulli.p aten.bernoulli.default aten.uniform.default aten.exponential.default
+aten.normal.Tensor_float aten.multiply.Tensor aten.min.other aten.max.other
+aten.polar.default
 aten.one_hot.default
 """
 _STRUCTURAL = """
@@ -809,6 +826,7 @@ FAMILIES = [
     ),
     ("aten.select.int", select),
     ("aten.view.dtype", bitcast),
+    ("aten.view_as_complex.default aten.view_as_real.default", complex_view),
     ("aten.slice.Tensor aten.narrow.default", slice_),
     (
         "aten.split.Tensor aten.split_with_sizes.default aten.chunk.default "
