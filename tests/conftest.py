@@ -21,6 +21,7 @@ SLOW = (
     "tests/test_stages.py::test_allows_index_keeping_builders_at_every_cut",
     "tests/test_stages.py::test_allows_rebuild_where_offset_is_a_multiple",
     "tests/test_stages.py::test_real_hybrid_model",
+    "tests/test_stages.py::test_flags_rebuild_that_flips_window_and_first_norm",  # GC301 row
     "tests/test_build_state.py::test_allows_the_twin_without_hidden_state",
     "tests/test_build_state.py::test_stage_module_that_moves_the_layer_container",
     "tests/test_build_state.py::test_model_given_as_object",

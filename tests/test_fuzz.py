@@ -7,7 +7,8 @@ casts, bitcasts, and fabricated positions. Each example is proven at one random 
 when the static verdict is PASS, ``graphcheck gate`` runs it on real bf16 weights and
 must show equal bytes (staged against uncut) and document isolation.
 
-``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples (default 20, about a minute);
+``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples of ``make test`` (default 10,
+about 30 s), ``GRAPHCHECK_FUZZ_SLOW_EXAMPLES`` those of ``make test-slow`` (default 40);
 ``GRAPHCHECK_FUZZ_SHRINK=1`` lets hypothesis shrink a failure to a minimal recipe
 (slow: every step is an export). ``benchmarks/fuzz.py`` runs many examples and lists
 every disagreement instead of stopping at the first.
@@ -31,7 +32,8 @@ from graphcheck.errors import GraphcheckError
 from graphcheck.gate import Gate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "10"))
+SLOW_EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_SLOW_EXAMPLES", "40"))  # make test-slow
 SHRINK = bool(os.environ.get("GRAPHCHECK_FUZZ_SHRINK"))
 # the gate's mode: "processes" (the uncut model and every stage each built in a fresh
 # process, the ground truth) or "graph" (the exported graph split in this process)
@@ -127,17 +129,32 @@ def disagreement(
     return "; ".join(problems) or None
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    phases=PHASES,
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+def _fuzz(examples_: int):
+    """Hypothesis settings: ``examples_`` derandomized examples (the first ones of a longer
+    run are the shorter run's)."""
+    return settings(
+        max_examples=examples_,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=PHASES,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+@_fuzz(EXAMPLES)
 @given(examples())
 def test_static_pass_implies_equal_bytes_and_isolation(tmp_path_factory, example):
+    recipe, cut, docs = example
+    directory = tmp_path_factory.getbasetemp() / "fuzz"
+    assert disagreement(recipe, cut, docs, directory) is None
+
+
+@pytest.mark.slow
+@_fuzz(SLOW_EXAMPLES)
+@given(examples())
+def test_static_pass_implies_equal_bytes_and_isolation_at_length(tmp_path_factory, example):
     recipe, cut, docs = example
     directory = tmp_path_factory.getbasetemp() / "fuzz"
     assert disagreement(recipe, cut, docs, directory) is None
