@@ -7,6 +7,28 @@ the declarations of :mod:`graphcheck.model.boundary`: ``pipeline_boundary_state`
 auto-detection of the common transformers layout; explicit overrides
 (``--layers``, ``--inputs``, ``--outputs``), which win over both.
 
+Auto-detection tries the tables of known paths first (``model.layers``,
+``model.embed_tokens``, ``model.norm`` + ``lm_head``...), then, for each part the
+tables miss, these structural rules:
+
+* layers: the longest ``ModuleList`` of two or more entries that is not inside
+  another ``ModuleList`` nor inside the input or output embeddings; two longest
+  lists of the same length are ambiguous (a :class:`LayoutError` asks for
+  ``--layers``);
+* input: ``model.get_input_embeddings()``, found by identity, widened to its
+  outermost module outside the path to the layers (``bert.embeddings`` for
+  ``bert.embeddings.word_embeddings``: the position embeddings and the embedding
+  norm in it run before the layers too);
+* outputs: the final norm, the one norm-like module (its class name says
+  ``Norm``) beside the layer container whose name does not say ``emb`` (an
+  embedding norm runs before the layers; two candidates are ambiguous), then
+  ``model.get_output_embeddings()``, widened the same way (``cls`` for
+  ``cls.predictions.decoder``).
+
+Modules none of these name (position embeddings, rotary tables, an embedding norm
+beside the layers) are model-level glue, which the analysis lets run on either side
+of a cut.
+
 >>> from torch import nn
 >>> m = nn.Module(); m.embed_tokens = nn.Embedding(4, 2)
 >>> m.layers = nn.ModuleList([nn.Linear(2, 2), None]); m.norm = nn.LayerNorm(2)
@@ -87,11 +109,12 @@ def detect_layout(
     """Find the layout of ``model``; explicit arguments override what is found."""
     declared = _declared_config(model)
     prefix = layers or declared.get("layer_prefix") or _first_present(model, _LAYER_CANDIDATES)
+    prefix = prefix or _auto_layers(model)
     if prefix is None:
         raise LayoutError("no decoder-layer container found; pass --layers PREFIX")
     container = _submodule(model, prefix, "layer container")
-    ins = inputs or _tuple(declared.get("input_fqns")) or _auto_inputs(model)
-    outs = outputs or _tuple(declared.get("output_fqns")) or _auto_outputs(model)
+    ins = inputs or _tuple(declared.get("input_fqns")) or _auto_inputs(model, prefix)
+    outs = outputs or _tuple(declared.get("output_fqns")) or _auto_outputs(model, prefix)
     for fqn in (*ins, *outs):
         _submodule(model, fqn, "edge module")
     if not ins:
@@ -128,16 +151,120 @@ def _first_present(model: nn.Module, candidates) -> str | None:
     return None
 
 
-def _auto_inputs(model: nn.Module) -> tuple[str, ...]:
+def _auto_inputs(model: nn.Module, prefix: str) -> tuple[str, ...]:
     found = _first_present(model, _INPUT_CANDIDATES)
+    found = found or _widen(_embedding_fqns(model)[0], prefix)
     return (found,) if found else ()
 
 
-def _auto_outputs(model: nn.Module) -> tuple[str, ...]:
+def _auto_outputs(model: nn.Module, prefix: str) -> tuple[str, ...]:
     for group in _OUTPUT_CANDIDATES:
         if all(_get(model, fqn) is not None for fqn in group):
             return group
-    return ()
+    norm = _final_norm(model, prefix)
+    head = _widen(_embedding_fqns(model)[1], prefix)
+    return tuple(dict.fromkeys(f for f in (norm, head) if f))
+
+
+def _auto_layers(model: nn.Module) -> str | None:
+    """The longest top-level ``ModuleList`` outside the embeddings; a tie is ambiguous.
+
+    >>> m = nn.Module(); m.a = nn.ModuleList([nn.ReLU()] * 2); m.b = nn.ModuleList([nn.ReLU()] * 3)
+    >>> _auto_layers(m)
+    'b'
+    >>> m.c = nn.ModuleList([nn.ReLU()] * 3); _auto_layers(m)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphcheck.errors.LayoutError: the decoder-layer container is ambiguous: b, c each hold 3 ...
+    """
+    edges = [fqn for fqn in _embedding_fqns(model) if fqn]
+    lists = _top_lists(model, edges)
+    if not lists:
+        return None
+    longest = max(size for _, size in lists)
+    best = [fqn for fqn, size in lists if size == longest]
+    if len(best) > 1:
+        raise LayoutError(
+            f"the decoder-layer container is ambiguous: {', '.join(best)} each hold "
+            f"{longest} modules; pass --layers PREFIX"
+        )
+    return best[0]
+
+
+def _top_lists(model: nn.Module, edges: list[str]) -> list[tuple[str, int]]:
+    """``(fqn, len)`` of each ``ModuleList`` of 2+ entries not inside another one or an edge."""
+    seen: list[str] = []
+    found = []
+    for fqn, module in model.named_modules():
+        if not fqn or not isinstance(module, nn.ModuleList):
+            continue
+        inside = any(_within(fqn, outer) for outer in (*seen, *edges))
+        seen.append(fqn)
+        if not inside and len(module) >= 2:
+            found.append((fqn, len(module)))
+    return found
+
+
+def _final_norm(model: nn.Module, prefix: str) -> str | None:
+    """The one norm-like module beside the layer container not named for the embedding.
+
+    >>> m = nn.Module(); m.layers = nn.ModuleList(); m.emb_ln = nn.LayerNorm(2)
+    >>> m.ln_out = nn.LayerNorm(2); _final_norm(m, "layers")
+    'ln_out'
+    """
+    parent = prefix.rpartition(".")[0]
+    found = [
+        f"{parent}.{name}" if parent else name
+        for name, child in model.get_submodule(parent).named_children()
+        if "norm" in type(child).__name__.lower() and "emb" not in name.lower()
+    ]
+    if len(found) > 1:
+        raise LayoutError(
+            f"the final norm is ambiguous: {', '.join(found)} all sit beside {prefix}; "
+            "pass --outputs FQN[,FQN]"
+        )
+    return found[0] if found else None
+
+
+def _embedding_fqns(model: nn.Module) -> tuple[str | None, str | None]:
+    """The FQNs of ``get_input_embeddings()`` and ``get_output_embeddings()``, by identity."""
+    names = {id(module): fqn for fqn, module in model.named_modules() if fqn}
+    found = (_call(model, "get_input_embeddings"), _call(model, "get_output_embeddings"))
+    return tuple(names.get(id(module)) if module is not None else None for module in found)
+
+
+def _call(model: nn.Module, method: str) -> nn.Module | None:
+    get = getattr(model, method, None)
+    if not callable(get):
+        return None
+    try:
+        found = get()
+    except (NotImplementedError, AttributeError):  # transformers' base raises these
+        return None
+    return found if isinstance(found, nn.Module) else None
+
+
+def _widen(fqn: str | None, prefix: str) -> str | None:
+    """The outermost module holding ``fqn`` that does not hold the layers.
+
+    >>> _widen("bert.embeddings.word_embeddings", "bert.encoder.layer")
+    'bert.embeddings'
+    >>> _widen("model.decoder.embed_tokens", "model.decoder.layers"), _widen("lm_head", "h")
+    ('model.decoder.embed_tokens', 'lm_head')
+    >>> _widen("model.layers.0.embed", "model.layers") is None
+    True
+    """
+    if fqn is None or _within(fqn, prefix):
+        return None
+    parts = fqn.split(".")
+    for end in range(1, len(parts) + 1):
+        head = ".".join(parts[:end])
+        if not _within(prefix, head):
+            return head
+    return None
+
+
+def _within(fqn: str, outer: str) -> bool:
+    return fqn == outer or fqn.startswith(outer + ".")
 
 
 def _get(model: nn.Module, fqn: str) -> nn.Module | None:
