@@ -104,3 +104,10 @@ def test_the_path_tables_still_come_first():
     model.lm_head = nn.Linear(4, 8)
     layout = detect_layout(model)
     assert (layout.layer_prefix, layout.output_fqns) == ("model.layers", ("model.norm", "lm_head"))
+
+
+def test_an_embedding_narrower_than_the_layers_asks_for_the_projection(cli):
+    code, out, err = cli("map", "hf:electra")
+    assert code == 2 and out == ""
+    assert "get_input_embeddings() of ElectraForCausalLM is 128 wide and its hidden size 64" in err
+    assert "pass --inputs FQN[,FQN] naming it too" in err

@@ -25,6 +25,9 @@ tables miss, these structural rules:
   ``model.get_output_embeddings()``, widened the same way (``cls`` for
   ``cls.predictions.decoder``).
 
+An embedding found this way that is not ``config.hidden_size`` wide has a projection
+beside it that these rules do not find: a :class:`LayoutError` asks for the flag.
+
 Modules none of these name (position embeddings, rotary tables, an embedding norm
 beside the layers) are model-level glue, which the analysis lets run on either side
 of a cut.
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from graphcheck.errors import LayoutError
@@ -153,7 +157,11 @@ def _first_present(model: nn.Module, candidates) -> str | None:
 
 def _auto_inputs(model: nn.Module, prefix: str) -> tuple[str, ...]:
     found = _first_present(model, _INPUT_CANDIDATES)
-    found = found or _widen(_embedding_fqns(model)[0], prefix)
+    if found:
+        return (found,)
+    found = _widen(_embedding_fqns(model)[0], prefix)
+    if found:
+        _check_width(model, "get_input_embeddings", "--inputs")
     return (found,) if found else ()
 
 
@@ -163,7 +171,24 @@ def _auto_outputs(model: nn.Module, prefix: str) -> tuple[str, ...]:
             return group
     norm = _final_norm(model, prefix)
     head = _widen(_embedding_fqns(model)[1], prefix)
+    if head:
+        _check_width(model, "get_output_embeddings", "--outputs")
     return tuple(dict.fromkeys(f for f in (norm, head) if f))
+
+
+def _check_width(model: nn.Module, method: str, flag: str) -> None:
+    """Fail when the embedding is not as wide as ``config.hidden_size``: a projection
+    between it and the layers changes the residual's width, and is not found."""
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    weight = getattr(_call(model, method), "weight", None)
+    if not isinstance(hidden, int) or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        return
+    if weight.shape[-1] != hidden:
+        raise LayoutError(
+            f"{method}() of {type(model).__name__} is {weight.shape[-1]} wide and its hidden "
+            f"size {hidden}: the projection between them is not found; pass {flag} FQN[,FQN] "
+            "naming it too"
+        )
 
 
 def _auto_layers(model: nn.Module) -> str | None:
