@@ -199,7 +199,7 @@ def _auto_layers(model: nn.Module) -> str | None:
     'b'
     >>> m.c = nn.ModuleList([nn.ReLU()] * 3); _auto_layers(m)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    graphcheck.errors.LayoutError: no single decoder-layer container found (ambiguous): b, c ...
+    graphcheck.errors.LayoutError: the decoder-layer container is ambiguous: b, c each hold 3 ...
     """
     edges = [fqn for fqn in _embedding_fqns(model) if fqn]
     lists = _top_lists(model, edges)
@@ -209,8 +209,8 @@ def _auto_layers(model: nn.Module) -> str | None:
     best = [fqn for fqn, size in lists if size == longest]
     if len(best) > 1:
         raise LayoutError(
-            f"no single decoder-layer container found (ambiguous): {', '.join(best)} each "
-            f"hold {longest} modules; pass --layers PREFIX"
+            f"the decoder-layer container is ambiguous: {', '.join(best)} each hold "
+            f"{longest} modules, no single one found; pass --layers PREFIX"
         )
     return best[0]
 
@@ -244,8 +244,8 @@ def _final_norm(model: nn.Module, prefix: str) -> str | None:
     ]
     if len(found) > 1:
         raise LayoutError(
-            f"no single final norm found (ambiguous): {', '.join(found)} all sit beside "
-            f"{prefix}; pass --outputs FQN[,FQN]"
+            f"the final norm is ambiguous: {', '.join(found)} all sit beside {prefix}, "
+            "no single one found; pass --outputs FQN[,FQN]"
         )
     return found[0] if found else None
 
