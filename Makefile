@@ -27,9 +27,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# `make test`: lint and every test but the slow sweeps (under 5 minutes on 2 cores).
+# `make test`: lint and every test but the slow sweeps, on both cores (under 5 minutes).
 test: lint
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -n 2 -m "not slow"
 
 # The inner loop: no lint, stop at the first failure.
 test-fast: $(STAMP)
@@ -37,7 +37,7 @@ test-fast: $(STAMP)
 
 # The slow sweeps: every family at every cut, stage processes, gate agreement (CI runs them).
 test-slow: $(STAMP)
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -n 2 -m slow
 
 # The differential fuzzer at length: thousands of composed decoders against the gate.
 fuzz: $(STAMP)

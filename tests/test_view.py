@@ -285,7 +285,6 @@ def test_wheel_ships_the_script_and_style(tmp_path):
         assert f"graphcheck/reporters/view/{asset}" in names
 
 
-@pytest.mark.slow
 def test_example_notebook_runs_and_holds_the_widget_state():
     pytest.importorskip(
         "anywidget", reason="the notebook extra: pip install 'graphcheck[notebook]'"
