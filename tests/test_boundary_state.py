@@ -116,3 +116,11 @@ def test_gate_runs_stages_fed_the_declared_state_and_agrees(cli):
     assert code == 0
     assert out.count("hands over stage output [1, 256, 4, 64] as bf16 bytes") == 3
     assert "staged vs uncut: EQUAL" in out and "agrees with the static proof: PASS" in out
+
+
+def test_a_wire_whose_token_dim_is_fixed_says_the_export_specialised_t():
+    report = Explorer(spec("soundness_dataflow:fixed_length")).verify([1])
+    assert {"GC206", "GC403"} <= report.codes
+    (wire,) = [d for d in report.diagnostics if d.code == "GC206"]
+    assert "is bfloat16 [1, 29, 64]" in wire.message
+    assert "its token dim is the fixed size 29: the export specialised T (GC403)" in wire.message

@@ -54,7 +54,10 @@ __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
 CODE = "GC206"
 NAME = "boundary-not-residual-shape"
 SEVERITY = "error"
-SUMMARY = "the crossing value is not a `[1, T, H]` residual (rank, width, bitcast)"
+SUMMARY = (
+    "the crossing value is not a `[1, T, H]` residual (rank, width, bitcast) or not the "
+    "declared boundary state"
+)
 
 _COPIES = {"aten.clone.default", "aten.alias.default", "aten.detach.default"}
 _DECLARE = 'get_pp_module_config()["pipeline_boundary_state"]'
@@ -128,6 +131,8 @@ def _shape_problem(program, node: torch.fx.Node, width: int | None) -> str | Non
         if len(shape) != 3
         else "hand over the residual itself, not a reshaped or widened copy"
     )
+    if "T" not in shape and len(shape) >= 2 and shape[1].isdigit():
+        fix = f"its token dim is the fixed size {shape[1]}: the export specialised T (GC403)"
     return (
         f"is {dtype} [{', '.join(shape)}], but the pipeline wire is one bf16 {expected} "
         f"tensor (the residual stream); {fix}{_declare_hint(dtype, shape)}"
