@@ -143,21 +143,23 @@ def _fuzz(examples_: int):
     )
 
 
-@_fuzz(EXAMPLES)
-@given(examples())
-def test_static_pass_implies_equal_bytes_and_isolation(tmp_path_factory, example):
+def _agrees(tmp_path_factory, example) -> None:
     recipe, cut, docs = example
     directory = tmp_path_factory.getbasetemp() / "fuzz"
     assert disagreement(recipe, cut, docs, directory) is None
+
+
+@_fuzz(EXAMPLES)
+@given(examples())
+def test_static_pass_implies_equal_bytes_and_isolation(tmp_path_factory, example):
+    _agrees(tmp_path_factory, example)
 
 
 @pytest.mark.slow
 @_fuzz(SLOW_EXAMPLES)
 @given(examples())
 def test_static_pass_implies_equal_bytes_and_isolation_at_length(tmp_path_factory, example):
-    recipe, cut, docs = example
-    directory = tmp_path_factory.getbasetemp() / "fuzz"
-    assert disagreement(recipe, cut, docs, directory) is None
+    _agrees(tmp_path_factory, example)
 
 
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
