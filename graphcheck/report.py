@@ -104,7 +104,17 @@ class Report:
         return {d.code for d in self.diagnostics}
 
     def cut(self, position: int) -> CutReport:
-        return next(c for c in self.cuts if c.position == position)
+        """The report of cut ``position``; a :class:`KeyError` naming the cuts there are.
+
+        >>> Report(model="m", num_layers=2, mode="verify").cut(1)
+        Traceback (most recent call last):
+        KeyError: 'no cut 1 in this report; its cuts are: none'
+        """
+        found = next((c for c in self.cuts if c.position == position), None)
+        if found is None:
+            there = ", ".join(str(c.position) for c in self.cuts) or "none"
+            raise KeyError(f"no cut {position} in this report; its cuts are: {there}")
+        return found
 
     def legal_cuts(self) -> list[int]:
         """Boundaries whose cut passes and that no whole-program finding spoils."""
@@ -129,6 +139,7 @@ class Report:
             "nodes": self.nodes,
             **({"costs": self.costs} if self.costs is not None else {}),
             **({"tokens": self.tokens} if self.tokens is not None else {}),
+            **({"legal_cuts": self.legal_cuts()} if self.mode == "map" else {}),
         }
 
 

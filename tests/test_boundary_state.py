@@ -124,3 +124,11 @@ def test_a_wire_whose_token_dim_is_fixed_says_the_export_specialised_t():
     (wire,) = [d for d in report.diagnostics if d.code == "GC206"]
     assert "is bfloat16 [1, 29, 64]" in wire.message
     assert "its token dim is the fixed size 29: the export specialised T (GC403)" in wire.message
+
+
+def test_map_json_lists_the_legal_cuts_and_a_missing_cut_names_the_plan(declared):
+    assert declared.map().as_dict()["legal_cuts"] == [0, 1, 2, 3, 4]
+    report = declared.verify([2])
+    assert "legal_cuts" not in report.as_dict()
+    with pytest.raises(KeyError, match="no cut 3 in this report; its cuts are: 2"):
+        report.cut(3)
