@@ -480,15 +480,42 @@ def _make(model_type: str, base: dict, settings: dict, spec: str):
     except Exception as err:
         raise ModelLoadError(f"{spec}: invalid config: {_one_line(err)}") from err
     base = _resized(base, settings)
-    defaults = cls()
-    unknown = [key for key in settings if not hasattr(defaults, key) and key not in base]
-    if unknown:
-        raise UsageError(f"--set {unknown[0]}: {cls.__name__} has no such key")
+    _check_keys(cls, base, settings)
     try:
         return cls.from_dict({**base, **settings})
     except Exception as err:
         shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
         raise UsageError(f"--set {shown}: {_one_line(err)}") from err
+
+
+def _check_keys(cls, base: dict, settings: dict) -> None:
+    """A :class:`UsageError` naming the nearest known key for a ``--set`` key the config
+    class would only store and never read (a typo: ``intermediate_sise`` builds the model
+    of the defaults). Known: the class's attributes (``to_dict()``, ``attribute_map``,
+    properties), the config's own keys, and keys its ``__init__`` folds into others
+    (``rope_theta`` into ``rope_parameters``): those change the built config."""
+    defaults = cls()
+    unknown = [key for key in settings if not _has(defaults, key) and key not in base]
+    if not unknown:
+        return
+    plain = _as_dict(cls, base)
+    for key in unknown:
+        built = _as_dict(cls, {**base, key: settings[key]})
+        if plain is None or built is None or key not in built:
+            continue  # refused (the build says why) or folded into another key
+        if {k: v for k, v in built.items() if k != key} != plain:
+            continue
+        known = {*plain, *getattr(defaults, "attribute_map", {})}
+        close = difflib.get_close_matches(key, sorted(k for k in known if k[:1] != "_"), n=1)
+        hint = f"; did you mean {close[0]}?" if close else "; it would be ignored"
+        raise UsageError(f"--set {key}: {cls.__name__} has no such key{hint}")
+
+
+def _as_dict(cls, values: dict) -> dict | None:
+    try:
+        return cls.from_dict(dict(values)).to_dict()
+    except Exception:
+        return None
 
 
 def _resized(base: dict, settings: dict) -> dict:

@@ -25,7 +25,8 @@ For transformers causal LMs, which are not pipeline-aware
   engines build stages.
 
 Anything else is ``path/to/file.py:function`` or ``package.module:function``.
-Every builder runs through :func:`call_builder`.
+Every builder runs through :func:`call_builder`; :func:`check_builder` resolves a
+name before anything is built or exported, so a typo is one line, not a wasted export.
 
 With a model given by its spec, each stage is built the way a rank builds it: in a
 fresh process that imports the model code, builds the model with its factory and
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 from collections.abc import Callable
 
 from torch import nn
@@ -52,6 +54,7 @@ __all__ = [
     "PIPELINE_AWARE",
     "StageBuilder",
     "call_builder",
+    "check_builder",
     "prune_edges",
     "resolve_builder",
 ]
@@ -138,9 +141,38 @@ def resolve_builder(name: str, layout: Layout) -> StageBuilder:
         builtin = BUILTINS[name]
         return lambda model, index, layers, num: builtin(model, layout, index, layers, num)
     if ":" not in name:
-        known = ", ".join(BUILTINS)
-        raise UsageError(f"unknown stage builder {name!r}: use {known} or file.py:function")
+        raise _unknown(name)
     return resolve_factory(name)
+
+
+def check_builder(builder: object) -> None:
+    """Fail now, with one line, if ``builder`` (``--stage-builder``) does not resolve: a
+    builtin name, ``file.py:function`` or ``package.module:function`` whose module imports
+    and holds a callable of that name, or a callable.
+
+    >>> check_builder("keep-index"), check_builder(None)
+    (None, None)
+    >>> check_builder("keep_index")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphcheck.errors.UsageError: unknown stage builder 'keep_index' (did you mean keep-index?): ...
+    """
+    if builder is None or callable(builder) or builder in BUILTINS:
+        return
+    if not isinstance(builder, str):
+        raise UsageError(
+            f"stage_builder is a {type(builder).__name__}: give a builtin name, "
+            "'file.py:function' or a callable"
+        )
+    if ":" not in builder:
+        raise _unknown(builder)
+    resolve_factory(builder)
+
+
+def _unknown(name: str) -> UsageError:
+    close = difflib.get_close_matches(name, list(BUILTINS), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    known = ", ".join(BUILTINS)
+    return UsageError(f"unknown stage builder {name!r}{hint}: use {known} or file.py:function")
 
 
 def call_builder(
