@@ -6,20 +6,29 @@ and the stage builders start from.
 ('fixtures/reference.py:reference', 8, True)
 >>> session.program_mode, session.module.training
 (<ProgramMode.TRAIN: 'train'>, True)
+
+Every argument is checked before anything is built: the example batch, the
+``allow_fp32`` globs (:func:`check_globs`), a ``MODEL`` that is a directory
+(:func:`check_spec` says what to write instead). A module given as an object whose
+parameters are mostly fp32 (a notebook's model as built, before the bf16 cast) is
+refused with one line that says to pass the factory or cast the module
+(:func:`check_module_dtype`), rather than a GC501 for each of its parameters.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from graphcheck.errors import LayoutError, UsageError
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
-from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in
+from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import (
@@ -32,7 +41,14 @@ from graphcheck.model.load import (
 )
 from graphcheck.varlen import example_batch
 
-__all__ = ["ModelArg", "Session", "portable"]
+__all__ = [
+    "ModelArg",
+    "Session",
+    "check_globs",
+    "check_module_dtype",
+    "check_spec",
+    "portable",
+]
 
 ModelArg = str | Callable[[], nn.Module] | nn.Module
 
@@ -68,7 +84,8 @@ class Session:
         allow_fp32: Sequence[str] = (),
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
-        self.dtype, self.allow_fp32 = build_dtype(dtype), tuple(allow_fp32)
+        self.dtype, self.allow_fp32 = build_dtype(dtype), check_globs(allow_fp32)
+        check_spec(model)
         self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
         self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
         self.boundary_state = _state(boundary_state)
@@ -101,6 +118,8 @@ class Session:
         if isinstance(model, nn.Module):
             if self.dtype is not BuildDtype.BFLOAT16:
                 raise UsageError("--dtype applies to a factory or a spec, not a built module")
+            check_module_dtype(model, self.allow_fp32)
+            self.dtype_plan = DtypePlan(declared=tuple(declared_fp32(model)))  # GC501 allows
             return type(model).__name__, in_program_mode(model, self.program_mode)
         name = getattr(model, "__qualname__", repr(model))
         return name, self._fake(model)
@@ -110,6 +129,92 @@ class Session:
         build = functools.partial(build_fake, factory, self.mode, self.program_mode)
         module, self.dtype_plan = build_in(build, self.dtype, self.allow_fp32)
         return module
+
+
+def check_globs(globs: Sequence[str], flag: str = "--allow-fp32") -> tuple[str, ...]:
+    """``globs`` as a tuple, or a :class:`UsageError` for one that cannot name a parameter:
+    empty, an unclosed ``[``, a comma or a space (no parameter name holds one).
+
+    >>> check_globs(["*.A_log", "layers.[0-3].*"])
+    ('*.A_log', 'layers.[0-3].*')
+    >>> check_globs(["["])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphcheck.errors.UsageError: --allow-fp32 '[': the '[' is never closed: ...
+    """
+    if isinstance(globs, str):
+        globs = (globs,)
+    for glob in globs:
+        problem = _glob_problem(glob)
+        if problem is not None:
+            raise UsageError(f"{flag} {glob!r}: {problem}")
+    return tuple(globs)
+
+
+def _glob_problem(glob: object) -> str | None:
+    if not isinstance(glob, str) or not glob.strip():
+        return "a glob of parameter names is needed, e.g. '*.router.bias'"
+    if "," in glob or any(ch.isspace() for ch in glob):
+        return "parameter names hold no comma or space; give one glob per --allow-fp32"
+    i = 0
+    while i < len(glob):
+        if glob[i] == "[":
+            j = i + 1 + (glob[i + 1 : i + 2] == "!")
+            j += glob[j : j + 1] == "]"
+            close = glob.find("]", j)
+            if close < 0:
+                return "the '[' is never closed: close the set ([0-3]) or write [[] for a '['"
+            i = close
+        i += 1
+    return None
+
+
+def check_spec(model: object) -> None:
+    """A one-line :class:`UsageError` for a ``MODEL`` that is a directory (with or without
+    ``:factory``), saying what to write: ``hf:DIR`` when it holds a ``config.json``, else
+    ``DIR/FILE.py:factory``."""
+    if not isinstance(model, str) or is_hf_spec(model):
+        return
+    target, sep, _ = model.rpartition(":")
+    folder = Path(target if sep and target else model)
+    if not folder.is_dir():
+        return
+    if (folder / "config.json").is_file():
+        raise UsageError(
+            f"MODEL {model!r} is a directory holding a config.json: write hf:{folder} to build "
+            "the transformers model it describes"
+        )
+    files = sorted(p.name for p in folder.glob("*.py"))[:3]
+    shown = f" (it holds {', '.join(files)})" if files else ""
+    raise UsageError(
+        f"MODEL {model!r} is a directory{shown}: write {folder}/FILE.py:factory, the file and "
+        "the function in it that returns the model"
+    )
+
+
+def check_module_dtype(module: nn.Module, allow_fp32: Sequence[str] = ()) -> None:
+    """A :class:`UsageError` for a built module whose floating parameters are mostly fp32
+    and not declared fp32 (``_keep_in_fp32_modules_strict``,
+    ``get_pp_module_config()["fp32_params"]``, ``allow_fp32``): graphcheck proves the
+    bf16 program, so the module as given is not the one to prove. A bf16 module with a
+    few undeclared fp32 parameters passes here (GC501 reports them)."""
+    params = dict(module.named_parameters())
+    floating = {n: p.numel() for n, p in params.items() if p.dtype.is_floating_point}
+    declared = set(declared_fp32(module))
+    stray = [
+        n
+        for n in floating
+        if params[n].dtype == torch.float32
+        and n not in declared
+        and not any(fnmatchcase(n, g) for g in allow_fp32)
+    ]
+    if not stray or 2 * sum(floating[n] for n in stray) <= sum(floating.values()):
+        return
+    raise UsageError(
+        f"{type(module).__name__} was given built with fp32 parameters ({len(stray)} of "
+        f"{len(floating)}, e.g. {stray[0]}); graphcheck proves the bf16 program: pass its "
+        "factory instead (built on fake weights, any size; dtype='float32' keeps declared "
+        "fp32 carve-outs) or cast it first with model.to(torch.bfloat16)"
+    )
 
 
 def _state(value: str | Mapping | BoundaryState | None) -> BoundaryState | None:
