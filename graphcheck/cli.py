@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     _layout_options(verify)
     _batch_options(verify)
     _model_explorer_option(verify)
+    _cache_options(verify)
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
@@ -173,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     _doc_length(cutmap)
     _html_option(cutmap)
     _model_explorer_option(cutmap)
+    _cache_options(cutmap)
     _plan_parser(sub)
     _gate_parser(sub)
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
@@ -195,6 +197,19 @@ def _model_explorer_option(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also write DIR/model.pt2 and Model Explorer node data on it (stages or layers, "
         "crossing values, findings); open with python -m graphcheck.reporters.model_explorer DIR",
+    )
+
+
+def _cache_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "export cache (a re-run on unchanged model code prints the stored report)"
+    ).add_mutually_exclusive_group()
+    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    group.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the cache folder (default $GRAPHCHECK_CACHE_DIR, else $XDG_CACHE_HOME/graphcheck "
+        "or ~/.cache/graphcheck; GRAPHCHECK_NO_CACHE=1 turns it off)",
     )
 
 
@@ -227,6 +242,7 @@ def _plan_parser(sub) -> None:
     _html_option(plan)
     _layout_options(plan)
     _batch_options(plan)
+    _cache_options(plan)
 
 
 def _gate_parser(sub) -> None:
@@ -409,6 +425,25 @@ def _check_html(args: argparse.Namespace) -> None:
         check_folder(args.model_explorer)
 
 
+def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
+    """``_run``, or its report from the export cache (:mod:`graphcheck.cache`) when the
+    model code and every option are unchanged; a finished run (exit 0 or 1) is stored."""
+    from graphcheck.cache import ResultCache
+
+    no_cache = getattr(args, "no_cache", True)  # commands without the flags: no cache
+    cache = ResultCache.of(
+        vars(args), cache_dir=getattr(args, "cache_dir", None), no_cache=no_cache
+    )
+    hit = cache.load() if cache is not None else None
+    if hit is not None:
+        return hit
+    with _prints_to_stderr(), _quiet():
+        rendered, code = _run(args)
+    if cache is not None:
+        cache.save(rendered, code)
+    return rendered, code
+
+
 def _rules(code: str | None) -> str:
     from graphcheck import rules
 
@@ -466,8 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(_rules(args.code))
             return 0
         _check_html(args)
-        with _prints_to_stderr(), _quiet():
-            rendered, code = _run(args)
+        rendered, code = _cached_run(args)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.write(rendered)

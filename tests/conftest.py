@@ -6,11 +6,15 @@ many stage processes, not because it checks something the fast run does not touc
 each class it covers has a representative in the fast run.
 """
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+# the export cache stays off unless a test turns it on with --cache-dir (tests/test_cache.py):
+# no test reads or writes the user's cache, subprocesses included
+os.environ["GRAPHCHECK_NO_CACHE"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 

@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "graphcheck"
 # The data flow, first to last: a module imports only from its layer or earlier ones.
 LAYERS = (
     ("graphcheck._version", "graphcheck.errors", "graphcheck.varlen", "graphcheck.diagnostics"),
+    ("graphcheck.cache",),
     ("graphcheck.kernels",),
     ("graphcheck.model",),
     ("graphcheck.analysis",),
@@ -35,7 +36,7 @@ TOP_LEVEL = {
     "__init__.py", "__main__.py", "_version.py", "api.py", "checker.py", "cli.py",
     "diagnostics.py", "errors.py", "pytest_plugin.py", "report.py", "varlen.py",
 }  # fmt: skip
-FOLDERS = {"analysis", "gate", "kernels", "model", "reporters", "rules", "stages"}
+FOLDERS = {"analysis", "cache", "gate", "kernels", "model", "reporters", "rules", "stages"}
 
 
 def _name(path: Path) -> str:
