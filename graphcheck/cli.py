@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import logging
 import os
 import sys
@@ -444,6 +445,96 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     return rendered, code
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The files the run will write and the stage builder it will call, checked before
+    any build or export (a typo costs one line, not a whole run)."""
+    for flag in ("output", "html"):
+        path = getattr(args, flag, None)
+        if path is not None:
+            _check_writable(f"--{flag.replace('_', '-')}", path)
+    if getattr(args, "stage_builder", None) is not None:
+        from graphcheck.stages.builders import check_builder
+
+        check_builder(args.stage_builder)
+
+
+def _check_writable(flag: str, path: str) -> None:
+    """``path`` can be written: not a folder, in a folder that exists and is writable."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder; give a file name in it")
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable; choose a path you can write")
+
+
+def _verdict_line(rendered: str, code: int, output: str) -> str:
+    """The one line ``--output FILE`` prints, so a CI log shows the verdict:
+    ``graphcheck: FAIL — 2 findings at cuts 4; report written to FILE``.
+
+    >>> _verdict_line("...\\nverdict: PASS (1/1 cuts proven)\\n", 0, "r.txt")
+    'graphcheck: PASS (1/1 cuts proven); report written to r.txt\\n'
+    """
+    found = [ln for ln in rendered.splitlines() if ln.startswith("verdict: ")]
+    if found:
+        return f"graphcheck: {found[-1].removeprefix('verdict: ')}; report written to {output}\n"
+    verdict = "PASS" if code == 0 else "FAIL"
+    return f"graphcheck: {verdict}{_findings(rendered)}; report written to {output}\n"
+
+
+def _findings(rendered: str) -> str:
+    """`` — N findings at cuts ...`` read from a JSON or SARIF report, else nothing."""
+    try:
+        data = json.loads(rendered)
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    found = data.get("diagnostics")
+    if isinstance(data.get("runs"), list) and data["runs"]:
+        found = [
+            {**r.get("properties", {}), "severity": r.get("level")}
+            for r in data["runs"][0].get("results", [])
+        ]
+    if not isinstance(found, list):
+        return ""
+    errors = [d for d in found if isinstance(d, dict) and d.get("severity") == "error"]
+    cuts = sorted({d["cut"] for d in errors if isinstance(d.get("cut"), int)})
+    at = f" at cuts {', '.join(map(str, cuts))}" if cuts else ""
+    if errors:
+        return f" — {len(errors)} finding{'s' * (len(errors) != 1)}{at}"
+    checked = data.get("cuts")
+    return f" — {len(checked)} cuts proven" if isinstance(checked, list) and checked else ""
+
+
+def _error_document(argv: list[str], message: str, detail: tuple[str, ...] = ()) -> None:
+    """Under ``--format json`` (or ``sarif``) an error is also a document on stdout, so a
+    consumer that parses stdout reads why there is no report."""
+    fmt = _asked_format(argv)
+    if fmt == "json":
+        error = {"error": message, "detail": list(detail), "exit_code": 2}
+        sys.stdout.write(json.dumps(error, indent=2) + "\n")
+    elif fmt == "sarif":
+        from graphcheck.reporters.sarif import error_log
+
+        sys.stdout.write(error_log(message, detail))
+
+
+def _asked_format(argv: list[str]) -> str | None:
+    """The value of ``--format`` in ``argv`` (``--format json``, ``--format=json``).
+
+    >>> _asked_format(["map", "m.py:f", "--format", "json"]), _asked_format(["--format=sarif"])
+    ('json', 'sarif')
+    """
+    for index, arg in enumerate(argv):
+        if arg == "--format" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--format="):
+            return arg.partition("=")[2]
+    return None
+
+
 def _rules(code: str | None) -> str:
     from graphcheck import rules
 
@@ -495,16 +586,19 @@ def _dup_stdout() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
         if args.command == "rules":
             sys.stdout.write(_rules(args.code))
             return 0
         _check_html(args)
+        _check_inputs(args)
         rendered, code = _cached_run(args)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.write(rendered)
+            sys.stdout.write(_verdict_line(rendered, code, args.output))
         else:
             sys.stdout.write(rendered)
         return code
@@ -512,9 +606,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"graphcheck: error: {err}", file=sys.stderr)
         for line in err.detail:
             print(f"  {line}", file=sys.stderr)
+        _error_document(argv, str(err), err.detail)
         return 2
     except OSError as err:
         print(f"graphcheck: error: {err}", file=sys.stderr)
+        _error_document(argv, str(err))
         return 2
     except Exception as err:  # a bug in graphcheck: could not verify, never a pass
         if os.environ.get("GRAPHCHECK_TRACEBACK"):
@@ -524,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             "GRAPHCHECK_TRACEBACK=1 shows where)",
             file=sys.stderr,
         )
+        _error_document(argv, f"internal error: {type(err).__name__}: {err}")
         return 2
 
 

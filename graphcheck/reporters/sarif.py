@@ -43,7 +43,16 @@ if TYPE_CHECKING:
     from graphcheck.diagnostics import Diagnostic
     from graphcheck.report import Report
 
-__all__ = ["KINDS", "NAME", "SCHEMA", "VERSION", "doc_sections", "render", "rule_descriptor"]
+__all__ = [
+    "KINDS",
+    "NAME",
+    "SCHEMA",
+    "VERSION",
+    "doc_sections",
+    "error_log",
+    "render",
+    "rule_descriptor",
+]
 
 NAME = "sarif"
 KINDS = frozenset({"verify", "map"})  # the results this format renders
@@ -64,6 +73,20 @@ def render(result: Report) -> str:
         )
     log = {"$schema": SCHEMA, "version": VERSION, "runs": [_run(result)]}
     return json.dumps(log, indent=2) + "\n"
+
+
+def error_log(message: str, detail: tuple[str, ...] = ()) -> str:
+    """The SARIF log of a run that could not verify (exit 2): no results, one invocation
+    that did not succeed, its error as a tool execution notification."""
+    text = "\n".join((message, *detail))
+    invocation = {
+        "executionSuccessful": False,
+        "exitCode": 2,
+        "toolExecutionNotifications": [{"level": "error", "message": {"text": text}}],
+    }
+    driver = {"name": "graphcheck", "version": __version__, "semanticVersion": __version__}
+    run = {"tool": {"driver": driver}, "invocations": [invocation], "results": []}
+    return json.dumps({"$schema": SCHEMA, "version": VERSION, "runs": [run]}, indent=2) + "\n"
 
 
 def _run(report: Report) -> dict:

@@ -165,7 +165,10 @@ def check_builder(builder: object) -> None:
         )
     if ":" not in builder:
         raise _unknown(builder)
-    resolve_factory(builder)
+    try:
+        resolve_factory(builder)
+    except GraphcheckError as err:
+        raise type(err)(f"stage builder {builder!r}: {err}") from None
 
 
 def _unknown(name: str) -> UsageError:
