@@ -57,7 +57,7 @@ from graphcheck.rules.gc101_stage_plan_invalid import (
     plan_from_stages,
 )
 from graphcheck.stages import fresh
-from graphcheck.stages.builders import StageBuilder
+from graphcheck.stages.builders import StageBuilder, check_builder
 from graphcheck.stages.programs import stage_programs
 
 __all__ = ["Explorer", "ModelArg", "cut_map", "explore", "plan", "verify"]
@@ -84,6 +84,7 @@ def verify(
     or ``fqns_per_stage`` (torchtitan-style module FQNs per stage) give the plan instead
     (``--layout``, ``--fqns-per-stage``).
     """
+    check_builder(stage_builder)  # a name that does not resolve: before the model is built
     explorer = Explorer(model, allow_fp32=allow_fp32, **options)
     cuts = explorer.written_cuts(cuts, stages, pipeline_layout, fqns_per_stage)
     return explorer.verify(cuts, stages, stage_builder=stage_builder)
@@ -238,6 +239,7 @@ class Explorer:
         """Prove one stage plan; see :func:`verify`."""
         start = time.perf_counter() - self._take_setup()
         plan = self.plan(cuts, stages)
+        check_builder(stage_builder)
         if stage_builder is not None and self.session.dtype is not BuildDtype.BFLOAT16:
             raise UsageError(
                 "--stage-builder builds the stage programs in bfloat16: drop --dtype "

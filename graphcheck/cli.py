@@ -30,9 +30,22 @@ __all__ = ["build_parser", "main"]
 
 
 def _formats() -> list[str]:
-    from graphcheck.report import formats
+    """The output formats (:func:`graphcheck.report.formats`: a module of
+    :mod:`graphcheck.reporters` each), listed without importing torch.
 
-    return formats()
+    >>> _formats()
+    ['html', 'json', 'markdown', 'sarif', 'text']
+    """
+    import pkgutil
+
+    from graphcheck import reporters
+
+    return sorted(m.name for m in pkgutil.iter_modules(reporters.__path__) if not m.ispkg)
+
+
+# graphcheck.model.load.ProgramMode's values, spelled here so --help never imports torch
+# (tests/test_startup.py holds them equal).
+PROGRAM_MODES = ("train", "eval")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,8 +78,6 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    from graphcheck.model.load import ProgramMode
-
     model = parser.add_argument_group("model building")
     model.add_argument(
         "--set",
@@ -94,8 +105,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "--mode",
-        choices=[mode.value for mode in ProgramMode],
-        default=ProgramMode.TRAIN.value,
+        choices=PROGRAM_MODES,
+        default=PROGRAM_MODES[0],
         dest="program_mode",
         help="the program to prove and run: model.train(), what pipeline-parallel "
         "training runs (default), or model.eval()",
