@@ -3,13 +3,22 @@
 Export the model with symbolic packed-varlen inputs on fake weights,
 partition the FX graph at the proposed cuts and prove from dataflow that each
 cut carries exactly one materialized bf16 residual between decoder layers.
+
+``import graphcheck`` is instant: the public names below are imported on first
+use (PEP 562), so torch loads only when a model is built or a result type is needed.
+
+>>> import graphcheck
+>>> "verify" in dir(graphcheck), graphcheck.UsageError.__module__
+(True, 'graphcheck.errors')
 """
 
 from __future__ import annotations
 
+import sys
+import types
+from importlib import import_module
+
 from graphcheck._version import __version__
-from graphcheck.api import cut_map, explore, verify
-from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import (
     AnalysisError,
     ExportError,
@@ -18,9 +27,6 @@ from graphcheck.errors import (
     ModelLoadError,
     UsageError,
 )
-from graphcheck.gate import gate
-from graphcheck.gate.report import GateReport
-from graphcheck.report import Report
 
 __all__ = [
     "AnalysisError",
@@ -38,3 +44,41 @@ __all__ = [
     "gate",
     "verify",
 ]
+
+# The names imported on first use, and the module each comes from.
+_LAZY = {
+    "Diagnostic": "graphcheck.diagnostics",
+    "GateReport": "graphcheck.gate.report",
+    "Report": "graphcheck.report",
+    "cut_map": "graphcheck.api",
+    "explore": "graphcheck.api",
+    "gate": "graphcheck.gate",
+    "verify": "graphcheck.api",
+}
+
+
+def __getattr__(name: str):
+    """A public name imported on first use, then kept."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+class _Package(types.ModuleType):
+    """``graphcheck.gate`` stays the function: importing the ``graphcheck.gate`` package
+    sets it as an attribute of this one, which would hide the function of that name."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "gate" and isinstance(value, types.ModuleType):
+            value = getattr(value, "gate", value)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,0 +1,112 @@
+"""First use answers at once: ``import graphcheck``, ``--help``, ``rules`` and argument
+errors never import torch (it loads only when a model is built).
+
+Each case runs in a fresh interpreter and reports whether ``torch`` is in ``sys.modules``
+afterwards: a behaviour, not a timing (``benchmarks/bench_startup.py`` has the times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs ``main(argv)`` (or only the import, argv None) and prints what it left behind.
+PROBE = """
+import contextlib, io, json, sys
+out, err = io.StringIO(), io.StringIO()
+argv = json.loads(sys.argv[1])
+code = None
+import graphcheck
+if argv is not None:
+    from graphcheck.cli import main
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code
+print(json.dumps({"torch": "torch" in sys.modules, "code": code,
+                  "out": out.getvalue(), "err": err.getvalue()}))
+"""
+
+
+def _probe(argv: list[str] | None, path: Path | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(path)} if path is not None else None
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argv)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=True, env=env,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (None, None, ""),
+        (["--help"], 0, "usage: graphcheck"),
+        (["verify", "--help"], 0, "--stage-builder"),
+        (["rules"], 0, "GC203  error"),
+        (["rules", "GC203"], 0, "GC203 boundary-not-materialized (error)"),
+        (["rules", "GC999"], 2, "unknown rule 'GC999'"),
+        (["verify"], 2, "the following arguments are required: MODEL"),
+        (["map", "m.py:f", "--format", "nope"], 2, "invalid choice: 'nope'"),
+        (["--version"], 0, "graphcheck 0.1.0"),
+    ],
+    ids=["import", "help", "verify-help", "rules", "rules-code", "unknown-rule", "usage",
+         "bad-format", "version"],
+)  # fmt: skip
+def test_answers_without_importing_torch(argv, code, says):
+    result = _probe(argv)
+    assert result["code"] == code
+    assert says in result["out"] + result["err"]
+    assert not result["torch"], f"{argv} imported torch"
+
+
+def test_the_probe_sees_torch_when_a_model_is_built(tmp_path):
+    """The probe above would pass if it could not see torch: building a model imports it
+    (here an empty stand-in package, so the check costs no real torch import)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    result = _probe(["verify", "fixtures/reference.py:reference", "--cuts", "1"], tmp_path)
+    assert result["code"] == 2
+    assert result["torch"]
+
+
+def test_rule_metadata_read_from_source_is_the_modules_own():
+    from graphcheck import rules
+
+    for info, module in zip(rules.INFO, rules.RULES, strict=True):
+        assert (info.code, info.name, info.severity, info.summary) == (
+            module.CODE, module.NAME, module.SEVERITY, module.SUMMARY,
+        )  # fmt: skip
+        assert info.doc == module.__doc__
+        assert info.owns == hasattr(module, "OWNS")
+    assert rules.by_code()["GC203"] is rules.RULES[4]
+
+
+def test_program_modes_are_the_model_loaders():
+    from graphcheck.cli import PROGRAM_MODES
+    from graphcheck.model.load import ProgramMode
+
+    assert tuple(mode.value for mode in ProgramMode) == PROGRAM_MODES
+    assert PROGRAM_MODES[0] == ProgramMode.TRAIN
+
+
+def test_lazy_names_resolve_and_gate_stays_the_function():
+    import graphcheck
+    import graphcheck.gate.report  # the package import sets graphcheck.gate: still the function
+    from graphcheck.gate.run import gate
+
+    assert graphcheck.gate is gate
+    assert set(graphcheck.__all__) <= set(dir(graphcheck))
+    for name in graphcheck.__all__:
+        assert getattr(graphcheck, name) is not None
+    assert graphcheck.Report.__module__ == "graphcheck.report"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        graphcheck.nope  # noqa: B018
