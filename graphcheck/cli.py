@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cache_options(cutmap)
     _plan_parser(sub)
     _gate_parser(sub)
+    _check_parser(sub)
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
     rules.add_argument("code", nargs="?", metavar="CODE", help="a rule code, e.g. GC203")
     return parser
@@ -257,6 +258,13 @@ def _plan_parser(sub) -> None:
     _cache_options(plan)
 
 
+def _check_parser(sub) -> None:
+    """``check`` and ``lock``: the project configuration and its lock (graphcheck.project)."""
+    from graphcheck.project.commands import add_parsers
+
+    add_parsers(sub)
+
+
 def _gate_parser(sub) -> None:
     gate = sub.add_parser("gate", help="run the split program on CPU and compare the bytes")
     gate.add_argument("model", metavar="MODEL")
@@ -315,6 +323,10 @@ def _split(text: str | None) -> list[str] | None:
 
 
 def _run(args: argparse.Namespace) -> tuple[str, int]:
+    if args.command in ("check", "lock"):
+        from graphcheck.project.commands import run_command
+
+        return run_command(args)
     from graphcheck import api
     from graphcheck.model.hf import parse_settings
     from graphcheck.report import render
@@ -416,6 +428,8 @@ def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
 
 def _check_html(args: argparse.Namespace) -> None:
     """``--format html`` and ``--html FILE`` checked before any export."""
+    if args.command in ("check", "lock"):
+        return  # graphcheck.project checks its own formats
     if args.format == "html" and args.command not in ("map", "plan"):
         raise UsageError(
             f"--format html shows the cut explorer: use it with graphcheck map or plan, "

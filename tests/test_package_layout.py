@@ -29,6 +29,7 @@ LAYERS = (
     ("graphcheck.report", "graphcheck.reporters"),
     ("graphcheck.api",),
     ("graphcheck.gate",),
+    ("graphcheck.project",),
     ("graphcheck.cli", "graphcheck.pytest_plugin"),
     ("graphcheck", "graphcheck.__main__"),
 )
@@ -36,7 +37,9 @@ TOP_LEVEL = {
     "__init__.py", "__main__.py", "_version.py", "api.py", "checker.py", "cli.py",
     "diagnostics.py", "errors.py", "pytest_plugin.py", "report.py", "varlen.py",
 }  # fmt: skip
-FOLDERS = {"analysis", "cache", "gate", "kernels", "model", "reporters", "rules", "stages"}
+FOLDERS = {
+    "analysis", "cache", "gate", "kernels", "model", "project", "reporters", "rules", "stages",
+}  # fmt: skip
 
 
 def _name(path: Path) -> str:

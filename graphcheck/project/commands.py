@@ -1,0 +1,74 @@
+"""The ``check`` and ``lock`` subcommands: their arguments and their run.
+
+Imported by :mod:`graphcheck.cli` when it builds its parser, so this module imports
+nothing heavy at module level (``graphcheck --help`` stays fast); the run imports
+:mod:`graphcheck.project.check` when it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["COMMANDS", "add_parsers", "run_command"]
+
+COMMANDS = ("check", "lock")
+_FORMATS = ("json", "markdown", "sarif", "text")  # graphcheck.project.output.FORMATS
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the configuration (default: the nearest graphcheck.toml, or pyproject.toml "
+        "with [tool.graphcheck], from the working directory up)",
+    )
+    parser.add_argument(
+        "-k",
+        metavar="PATTERN",
+        dest="pattern",
+        help="only the checks whose name or model spec contains PATTERN or matches it as a glob",
+    )
+    parser.add_argument("--output", metavar="FILE", help="write the result to FILE")
+
+
+def add_parsers(sub) -> None:
+    """Add ``check`` and ``lock`` to the subcommands ``sub``."""
+    check = sub.add_parser(
+        "check", help="run every check of the project configuration ([tool.graphcheck])"
+    )
+    _common(check)
+    check.add_argument(
+        "--locked",
+        action="store_true",
+        help="also compare layer programs, boundaries and plans with graphcheck.lock "
+        "(exit 1 when a layer program changed or a proven cut or plan regressed)",
+    )
+    check.add_argument(
+        "--update",
+        action="store_true",
+        help="with --locked: report the changes, then rewrite graphcheck.lock to this run",
+    )
+    check.add_argument("--format", choices=_FORMATS, default="text")
+    lock = sub.add_parser(
+        "lock", help="write graphcheck.lock: layer programs, boundary and plan verdicts"
+    )
+    _common(lock)
+    lock.add_argument("--format", choices=_FORMATS, default="text")
+
+
+def run_command(args: argparse.Namespace) -> tuple[str, int]:
+    """Run ``check`` or ``lock``: the rendered result and the exit status."""
+    from graphcheck.errors import UsageError
+    from graphcheck.project.check import run_project
+    from graphcheck.project.output import render_check
+
+    if args.command == "check" and args.update and not args.locked:
+        raise UsageError("--update rewrites the lock a --locked check compares with: add --locked")
+    result = run_project(
+        args.config,
+        args.pattern,
+        locked=args.command == "check" and args.locked,
+        update=args.command == "check" and args.update,
+        lock=args.command == "lock",
+    )
+    return render_check(result, args.format), result.exit_code

@@ -1,0 +1,165 @@
+"""A :class:`~graphcheck.project.check.CheckResult` in every format the reports have.
+
+Each (model, plan) report is rendered by its own reporter through the seam
+(:func:`graphcheck.report.render`) and the parts are joined:
+
+* ``text``: each check's reports under a heading, the lock's changes, a summary line;
+* ``json``: the result's ``as_dict()`` (each report's own JSON inside);
+* ``sarif``: one run holding every report's results (each tagged with its check and
+  plan in ``properties``) and a result per lock change, located at the model source
+  line responsible where there is one (rule ids ``lock/<kind>``);
+* ``markdown``: a verdict table of every check and plan, the lock's changes, then each
+  report's own summary.
+
+>>> _located("m.py:12: x = f(y)")
+{'physicalLocation': {'artifactLocation': {'uri': 'm.py'}, 'region': {'startLine': 12}}}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from graphcheck.errors import UsageError
+from graphcheck.project.check import CheckResult
+from graphcheck.project.diff import Change, ChangeKind
+from graphcheck.report import Report, render
+
+__all__ = ["FORMATS", "render_check"]
+
+FORMATS = ("json", "markdown", "sarif", "text")
+_SOURCE = re.compile(r"(?P<path>.+?):(?P<line>\d+):")
+
+
+def render_check(result: CheckResult, fmt: str = "text") -> str:
+    """``result`` in ``fmt`` (one of :data:`FORMATS`)."""
+    renderers = {"text": _text, "json": _json, "sarif": _sarif, "markdown": _markdown}
+    if fmt not in renderers:
+        raise UsageError(f"--format {fmt}: graphcheck check writes {', '.join(FORMATS)}")
+    return renderers[fmt](result)
+
+
+def _json(result: CheckResult) -> str:
+    return render(result, "json")
+
+
+def _change_lines(change: Change) -> list[str]:
+    mark = "✗" if change.fails else "·"
+    model = f"{change.model}: " if change.model else ""
+    lines = [f"  {mark} {model}{change.message}"]
+    return lines + ([f"      at {change.source}"] if change.source else [])
+
+
+def _summary(result: CheckResult) -> str:
+    reports = result.reports
+    proven = sum(r.verdict == "pass" for _, _, r in reports)
+    errors = sum(run.error is not None for run in result.runs)
+    parts = [f"{len(result.runs)} checks", f"{proven}/{len(reports)} plans proven"]
+    parts += [f"{errors} could not run"] if errors else []
+    if result.diff is not None:
+        failing = sum(c.fails for c in result.diff.changes)
+        parts.append(f"lock: {len(result.diff.changes)} changes, {failing} failing")
+    if result.wrote is not None:
+        parts.append(f"wrote {result.wrote.name}")
+    return f"graphcheck {result.command}: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
+
+
+def _text(result: CheckResult) -> str:
+    out = []
+    for run in result.runs:
+        out.append(f"== {run.check.name} ({run.check.model}) ==\n")
+        if run.error is not None:
+            out.append(f"error: {run.error}\n")
+        for plan, report in run.reports.items():
+            if result.command == "lock":
+                out.append(f"  {plan}: {report.verdict.upper()} {' '.join(sorted(report.codes))}\n")
+            else:
+                out.append(f"-- {plan} --\n{render(report, 'text')}")
+    if result.diff is not None:
+        out.append(f"== lock: {len(result.diff.changes)} changes ==\n")
+        lines = [line for c in result.diff.changes for line in _change_lines(c)]
+        out.append("\n".join(lines or ["  no change"]) + "\n")
+    if result.update and result.diff is not None and result.diff.exit_code:
+        out.append("(--update: the lock now records these changes)\n")
+    return "".join(out) + _summary(result)
+
+
+def _located(source: str | None) -> dict | None:
+    match = _SOURCE.match(source or "")
+    if match is None:
+        return None
+    physical = {
+        "artifactLocation": {"uri": match["path"]},
+        "region": {"startLine": int(match["line"])},
+    }
+    return {"physicalLocation": physical}
+
+
+def _lock_result(change: Change) -> dict:
+    location = _located(change.source)
+    return {
+        "ruleId": f"lock/{change.kind}",
+        "level": "error" if change.fails else "note",
+        "message": {"text": f"{change.model or 'graphcheck.lock'}: {change.message}"},
+        "locations": [location] if location else [],
+        "properties": {"model": change.model, "lock": str(change.kind)},
+    }
+
+
+def _lock_rules() -> list[dict]:
+    return [
+        {"id": f"lock/{kind}", "shortDescription": {"text": f"graphcheck.lock: {kind} changed"}}
+        for kind in ChangeKind
+    ]
+
+
+def _sarif(result: CheckResult) -> str:
+    logs = [(run, plan, json.loads(render(r, "sarif"))) for run, plan, r in result.reports]
+    if logs:
+        base = logs[0][2]
+    else:
+        base = json.loads(render(Report(model="", num_layers=0, mode="verify"), "sarif"))
+    merged = base["runs"][0]
+    merged["results"] = []
+    for run, plan, log in logs:
+        for found in log["runs"][0]["results"]:
+            found["properties"].update(check=run.check.name, plan=plan)
+            merged["results"].append(found)
+    if result.diff is not None:
+        merged["tool"]["driver"]["rules"] += _lock_rules()
+        merged["results"] += [_lock_result(c) for c in result.diff.changes]
+    merged["properties"] = {"mode": "check", "verdict": result.verdict}
+    return json.dumps(base, indent=2) + "\n"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.replace("|", "\\|").replace("`", "\\`").split())
+
+
+def _markdown(result: CheckResult) -> str:
+    mark = {"pass": "✅", "fail": "❌"}.get(result.verdict, "⚠️")
+    parts = [f"## {mark} graphcheck check: {result.verdict.upper()}"]
+    rows = ["| check | plan | verdict | codes |", "|---|---|---|---|"]
+    for run in result.runs:
+        if run.error is not None:
+            rows.append(f"| {_cell(run.check.name)} | - | ERROR | {_cell(run.error)} |")
+        for plan, r in run.reports.items():
+            codes = ", ".join(sorted(r.codes)) or "-"
+            cells = [run.check.name, plan, r.verdict.upper(), codes]
+            rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    parts.append("\n".join(rows))
+    if result.diff is not None:
+        parts.append(_markdown_lock(result))
+    parts += [render(r, "markdown").strip() for _, _, r in result.reports]
+    return "\n\n".join(parts) + "\n"
+
+
+def _markdown_lock(result: CheckResult) -> str:
+    changes = result.diff.changes
+    lines = [f"#### graphcheck.lock: {len(changes)} changes", ""]
+    for c in changes:
+        model = f"**{c.model}** " if c.model else ""
+        lines.append(f"- {'❌' if c.fails else 'ℹ️'} {model}{_cell(c.message)}")
+        if c.source:
+            lines.append(f"  at `` {c.source} ``")
+    return "\n".join(lines if changes else [*lines[:-1], "", "No change."])
