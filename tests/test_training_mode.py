@@ -39,7 +39,7 @@ def test_eval_mode_proves_the_eval_program(cli):
     assert (data["mode"], data["program_mode"], data["verdict"]) == ("verify", "eval", "fail")
     leaks = [d for d in data["diagnostics"] if d["code"] == "GC401"]
     assert {d["module"] for d in leaks} == {f"model.layers.{i}.self_attn" for i in range(4)}
-    assert all("scaled_dot_product_attention" in d["source"] for d in leaks)
+    assert all("scaled_dot_product_attention" in d["source"]["text"] for d in leaks)
 
 
 @pytest.mark.slow
