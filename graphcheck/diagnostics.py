@@ -35,7 +35,21 @@ class Diagnostic:
     severity: str = "error"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The JSON form: the fields, ``source`` as :meth:`source_location`."""
+        return asdict(self) | {"source": self.source_location()}
+
+    def source_location(self) -> dict | None:
+        """:attr:`source` (``file.py:57: code``) as ``{"file", "line", "text"}``.
+
+        >>> Diagnostic("GC1", "n", "m", source="fixtures/v.py:57: x = f(y)").source_location()
+        {'file': 'fixtures/v.py', 'line': 57, 'text': 'x = f(y)'}
+        """
+        match = _SOURCE.match(self.source or "")
+        if match is None:
+            return (
+                None if self.source is None else {"file": None, "line": None, "text": self.source}
+            )
+        return {"file": match["file"], "line": int(match["line"]), "text": match["text"]}
 
     @classmethod
     def at(
@@ -49,6 +63,7 @@ class Diagnostic:
         return cls(code, name, message, **where)
 
 
+_SOURCE = re.compile(r"(?P<file>.+?):(?P<line>\d+): ?(?P<text>.*)", re.DOTALL)
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)')
 
