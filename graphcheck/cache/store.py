@@ -82,7 +82,7 @@ class Store:
         path = self.path(key)
         try:
             text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, UnicodeDecodeError) as err:
             note(f"ignoring cache entry {path}: unreadable ({type(err).__name__}); re-exporting")
