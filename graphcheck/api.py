@@ -23,7 +23,11 @@ flags of the same names):
   names it (``report.program_mode``);
 * ``dtype`` - ``"bfloat16"`` (the default: the factory runs with bf16 as the default
   dtype) or ``"float32"`` (the model's own dtype, then cast to bf16 but for its fp32
-  carve-outs, which GC501 allows: :mod:`graphcheck.model.dtype`) (``--dtype``).
+  carve-outs, which GC501 allows: :mod:`graphcheck.model.dtype`) (``--dtype``);
+* ``select``, ``ignore`` - codes or prefixes (``"GC5"``) of the findings to report or
+  to keep out of the verdict, ruff style (``--select``, ``--ignore``); ignored findings
+  and the model's ``# graphcheck: ignore[CODE]`` comments are listed in
+  ``report.ignored`` (:mod:`graphcheck.rules.suppress`).
 
 :func:`verify` also takes ``stage_builder`` (``--stage-builder``): a builtin name
 (``keep-index``, ``moduledict``, ``rebuild``, ``hf-slice``, ``hf-rebuild``),
@@ -48,6 +52,7 @@ from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.errors import AnalysisError, UsageError
 from graphcheck.kernels import patched
 from graphcheck.model.dtype import BuildDtype
+from graphcheck.model.hf import is_hf_spec
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import PlanReport, Report
 from graphcheck.rules.gc101_stage_plan_invalid import (
@@ -56,6 +61,7 @@ from graphcheck.rules.gc101_stage_plan_invalid import (
     plan_from_cuts,
     plan_from_stages,
 )
+from graphcheck.rules.suppress import Suppression, model_files
 from graphcheck.stages import fresh
 from graphcheck.stages.builders import StageBuilder, check_builder
 from graphcheck.stages.programs import stage_programs
@@ -176,9 +182,19 @@ class Explorer:
     (['pass', 'pass'], [0, 1, 2])
     """
 
-    def __init__(self, model: ModelArg, *, allow_fp32: Sequence[str] = (), **options) -> None:
+    def __init__(
+        self,
+        model: ModelArg,
+        *,
+        allow_fp32: Sequence[str] = (),
+        select: Sequence[str] | None = None,
+        ignore: Sequence[str] | None = None,
+        **options,
+    ) -> None:
         start = time.perf_counter()
+        self.suppression = Suppression.of(select, ignore)  # checked before the model builds
         self.session = Session(model, allow_fp32=allow_fp32, **options)
+        self.hf_spec = isinstance(model, str) and is_hf_spec(model)
         declared = self.session.dtype_plan.declared  # the model's carve-outs (--dtype float32)
         self.allow_fp32 = tuple(dict.fromkeys((*DEFAULT_ALLOW_FP32, *allow_fp32, *declared)))
         self._program: Program | None = None
@@ -226,7 +242,9 @@ class Explorer:
         if plan.cuts not in self._contexts:
             program = self.program
             cuts = analyse_cuts(program, list(plan.cuts), plan=True)
-            self._contexts[plan.cuts] = Context(program, cuts, plan, self.allow_fp32)
+            self._contexts[plan.cuts] = Context(
+                program, cuts, plan, self.allow_fp32, hf_spec=self.hf_spec
+            )
         return self._contexts[plan.cuts]
 
     def verify(
@@ -254,7 +272,7 @@ class Explorer:
                 self.session, stage_builder, ctx.program, plan, ctx.stage_of, widths
             )
             ctx = dataclasses.replace(ctx, stages=stages, mismatches=mismatches)
-        report = _report(self.session.name, ctx, "verify", start)
+        report = _report(self.session.name, ctx, "verify", start, self.suppression)
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
         layout = ctx.program.layout
         report.stages = plan.with_modules(layout.input_fqns, layout.output_fqns)
@@ -263,8 +281,8 @@ class Explorer:
     def map(self, doc_length: int = DOC_LENGTH) -> Report:
         """Judge every boundary 0..L as the only cut; see :func:`cut_map`."""
         start = time.perf_counter() - self._take_setup()
-        ctx = Context(self.program, self.boundaries, None, self.allow_fp32)
-        report = _report(self.session.name, ctx, "map", start)
+        ctx = Context(self.program, self.boundaries, None, self.allow_fp32, hf_spec=self.hf_spec)
+        report = _report(self.session.name, ctx, "map", start, self.suppression)
         report.costs = self.costs(doc_length).as_dict()
         return report
 
@@ -324,6 +342,9 @@ class Explorer:
              if c.verdict == "fail"],
             sorted({d.code for d in cut_map.errors if d.cut is None}), proof,
             seconds=time.perf_counter() - start,
+            legal_by_ignore=[{"position": c.position, "codes": c.ignored} for c in cut_map.cuts
+                             if c.ignored and c.position in legal],
+            ignored=cut_map.ignored,
         )  # fmt: skip
 
     def _take_setup(self) -> float:
@@ -369,15 +390,19 @@ def _state(ctx: Context, cut) -> dict | None:
     return {"name": name, "declared": matches, "node": node.name, "dtype": dtype, "shape": shape}
 
 
-def _report(name: str, ctx: Context, mode: str, start: float) -> Report:
-    """The checker's diagnostics over ``ctx``, as a report."""
+def _report(name: str, ctx: Context, mode: str, start: float, suppression: Suppression) -> Report:
+    """The checker's diagnostics over ``ctx``, as a report; the findings ``suppression``
+    (and the model's ignore comments) keep out are listed as ignored, not dropped."""
     program = ctx.program
     states = {cut.position: _state(ctx, cut) for cut in ctx.cuts}
-    return Report.of(
-        name, mode, program.num_layers, ctx.cuts, check(ctx), states,
+    outcome = suppression.apply(check(ctx), model_files(program.graph))
+    report = Report.of(
+        name, mode, program.num_layers, ctx.cuts, outcome.kept, states, outcome.ignored,
         export_seconds=program.exported.seconds,
         seconds=time.perf_counter() - start,
         nodes=len(program.graph.nodes),
         tokens=program.exported.tokens(),
         program_mode=program.exported.program_mode,
     )  # fmt: skip
+    report.unused_ignores = outcome.unused
+    return report

@@ -4,7 +4,7 @@ A :class:`Context` is what every rule reads: the program, the analysed cuts,
 the stage plan (``None`` for ``graphcheck map``, where every boundary is judged
 as the only cut) and the options. :func:`check` runs every rule and returns
 the diagnostics, sorted by cut then code; a diagnostic's severity is its rule's
-``SEVERITY``.
+``SEVERITY`` and its ``layer`` the decoder layer its node runs in.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch.fx
 from graphcheck.analysis.dataflow import CutAnalysis
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program
+from graphcheck.analysis.regions import RegionKind
 from graphcheck.analysis.residual import Wire, classify_wire
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.rules import RULES
@@ -34,6 +35,7 @@ class Context:
     stages: list | None = None  # StagePrograms, with --stage-builder
     mismatches: list = field(default_factory=list)  # their differences from the uncut program
     wires: dict[int, Wire] = field(default_factory=dict)
+    hf_spec: bool = False  # the model is an hf: spec: fixes may name --set KEY=VALUE
 
     def wire(self, cut: CutAnalysis) -> Wire:
         if cut.position not in self.wires:
@@ -59,8 +61,20 @@ class Context:
 
 
 def check(ctx: Context) -> list[Diagnostic]:
-    """Every rule's findings, each with its rule's ``SEVERITY``."""
+    """Every rule's findings, each with its rule's ``SEVERITY`` and its node's layer."""
+    layers = _layers(ctx.program)
     found: list[Diagnostic] = []
     for rule in RULES:
-        found.extend(replace(d, severity=rule.SEVERITY) for d in rule.check(ctx))
+        for d in rule.check(ctx):
+            layer = d.layer if d.layer is not None else layers.get(d.node)
+            found.append(replace(d, severity=rule.SEVERITY, layer=layer))
     return sorted(found, key=lambda d: (d.cut if d.cut is not None else -2, d.code))
+
+
+def _layers(program: Program) -> dict[str, int]:
+    """The decoder layer each node of a layer runs in, by node name."""
+    return {
+        node.name: region.layer
+        for node, region in program.region.items()
+        if region.kind == RegionKind.LAYER and region.layer is not None
+    }

@@ -179,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     _batch_options(verify)
     _model_explorer_option(verify)
     _cache_options(verify)
+    _finding_options(verify)
     cutmap = sub.add_parser("map", help="judge every boundary 0..L: the legal-cut map")
     cutmap.add_argument("model", metavar="MODEL")
     _layout_options(cutmap)
@@ -187,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _html_option(cutmap)
     _model_explorer_option(cutmap)
     _cache_options(cutmap)
+    _finding_options(cutmap)
     _plan_parser(sub)
     _gate_parser(sub)
     _check_parser(sub)
@@ -226,6 +228,34 @@ def _cache_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _finding_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "findings (ruff style: a code, or a prefix for its family: GC5 is GC5xx; ignored "
+        "findings are listed, never dropped)"
+    )
+    group.add_argument(
+        "--select",
+        metavar="CODE[,CODE]",
+        action="append",
+        help="report only these codes (default: all)",
+    )
+    group.add_argument(
+        "--ignore",
+        metavar="CODE[,CODE]",
+        action="append",
+        help="keep these codes out of the verdict (as # graphcheck: ignore[CODE] does on a line)",
+    )
+
+
+def _check_codes(args: argparse.Namespace) -> None:
+    """``--select`` and ``--ignore`` checked before any export."""
+    if getattr(args, "select", None) is None and getattr(args, "ignore", None) is None:
+        return
+    from graphcheck.rules.suppress import Suppression
+
+    Suppression.of(args.select, args.ignore)
+
+
 def _doc_length(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--doc-length",
@@ -256,6 +286,7 @@ def _plan_parser(sub) -> None:
     _layout_options(plan)
     _batch_options(plan)
     _cache_options(plan)
+    _finding_options(plan)
 
 
 def _check_parser(sub) -> None:
@@ -350,6 +381,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     options.update(
         docs=_example_docs(args.docs), tokens=args.tokens, token_multiple=args.token_multiple
     )
+    options.update(select=args.select, ignore=args.ignore)
     explore = getattr(args, "html", None) is not None or args.format == "html"
     if getattr(args, "model_explorer", None) is not None and not explore:
         return _overlay(args, options)
@@ -619,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _check_html(args)
         _check_inputs(args)
+        _check_codes(args)
         rendered, code = _cached_run(args)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:

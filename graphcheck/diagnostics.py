@@ -8,18 +8,31 @@ module path, the model's source line).
 >>> d = Diagnostic("GC202", "boundary-not-bf16", "cut 4 carries float32", cut=4)
 >>> d.code, d.severity
 ('GC202', 'error')
+
+:func:`group` folds findings that repeat (one per layer, one per cut) into one
+:class:`Group` per code, source line and message shape, for the reports a person
+reads; :func:`spans` writes the layers or cuts a group covers.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.fx
 
-__all__ = ["Diagnostic", "module_path", "normalize_fqn", "source_line"]
+__all__ = [
+    "Diagnostic",
+    "Group",
+    "group",
+    "module_path",
+    "normalize_fqn",
+    "source_line",
+    "spans",
+]
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class Diagnostic:
     module: str | None = None
     source: str | None = None
     severity: str = "error"
+    layer: int | None = None  # the decoder layer the node runs in (set by the checker)
 
     def as_dict(self) -> dict:
         """The JSON form: the fields, ``source`` as :meth:`source_location`."""
@@ -107,3 +121,70 @@ def normalize_fqn(path: str) -> str | None:
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"\[(?:'([^']+)'|(\d+))\]", lambda m: "." + (m.group(1) or m.group(2)), path)
     return path.strip(".")
+
+
+def spans(numbers: Iterable[int]) -> str:
+    """Sorted, distinct ``numbers`` with runs compressed.
+
+    >>> spans([7, 0, 1, 2, 3, 4, 5])
+    '0-5, 7'
+    >>> spans([2, 4, 6]), spans([3]), spans([])
+    ('2, 4, 6', '3', '')
+    """
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Findings of one code at one source line with one message up to its numbers (the
+    same finding at every layer or every cut); ``members[0]`` speaks for them."""
+
+    members: tuple[Diagnostic, ...]
+
+    @property
+    def first(self) -> Diagnostic:
+        return self.members[0]
+
+    def covers(self, what: str) -> list[int]:
+        """The distinct ``cut``, ``stage`` or ``layer`` values of the members."""
+        return sorted({getattr(d, what) for d in self.members} - {None})
+
+    def where(self) -> str:
+        """``cuts 2, 4, 6 · stages 1-3`` or ``layers 0-5``: what the group covers."""
+        parts = []
+        for what in ("cut", "stage", "layer"):
+            values = self.covers(what)
+            if what == "layer" and self.covers("cut"):
+                continue  # a finding at a cut is about the cut, wherever its node runs
+            if values:
+                parts.append(f"{what}{'s' if len(values) > 1 else ''} {spans(values)}")
+        return " · ".join(parts)
+
+
+def _shape(d: Diagnostic) -> tuple:
+    """The grouping key: code, severity, the source line (else the module, its layer
+    index left out) and the message with its numbers left out (``cut 2``/``cut 4``,
+    ``add_3``/``add_7``)."""
+    where = str(d.source) if d.source else re.sub(r"\d+", "#", d.module or d.node or "")
+    return d.code, d.severity, where, re.sub(r"\d+", "#", d.message)
+
+
+def group(diagnostics: Sequence[Diagnostic]) -> list[Group]:
+    """``diagnostics`` grouped by :func:`_shape`, in the order of each group's first.
+
+    >>> at = "model.py:42: return attend(h)"
+    >>> found = [Diagnostic("GC401", "n", f"leak {i}", source=at, layer=i) for i in range(6)]
+    >>> found.append(Diagnostic("GC205", "n", "tied at cut 2", cut=2, stage=1))
+    >>> [(g.first.code, len(g.members), g.where()) for g in group(found)]
+    [('GC401', 6, 'layers 0-5'), ('GC205', 1, 'cut 2 · stage 1')]
+    """
+    groups: dict[tuple, list[Diagnostic]] = {}
+    for d in diagnostics:
+        groups.setdefault(_shape(d), []).append(d)
+    return [Group(tuple(members)) for members in groups.values()]

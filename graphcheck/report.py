@@ -21,9 +21,18 @@ from dataclasses import dataclass, field
 from graphcheck._version import __version__
 from graphcheck.analysis.dataflow import Crossing, CutAnalysis
 from graphcheck.analysis.plan import Stage
-from graphcheck.diagnostics import Diagnostic
+from graphcheck.diagnostics import Diagnostic, group
+from graphcheck.rules.suppress import Ignored, UnusedIgnore
 
-__all__ = ["CutReport", "PlanReport", "Report", "formats", "render", "renders"]
+__all__ = [
+    "CutReport",
+    "PlanReport",
+    "Report",
+    "formats",
+    "ignored_summary",
+    "render",
+    "renders",
+]
 
 
 @dataclass
@@ -32,6 +41,7 @@ class CutReport:
     crossing: list[Crossing]
     codes: list[str] = field(default_factory=list)
     state: dict | None = None  # the state the cut hands over: name, declared, node, dtype, shape
+    ignored: list[str] = field(default_factory=list)  # codes of the errors ignored here
 
     @property
     def verdict(self) -> str:
@@ -61,6 +71,8 @@ class Report:
     stage_programs: list[dict] = field(default_factory=list)  # with a stage builder
     tokens: dict | None = None  # for which T the proof holds (Exported.tokens)
     program_mode: str = "train"  # the program proven: model.train() or model.eval()
+    ignored: list[Ignored] = field(default_factory=list)  # --select/--ignore, comments
+    unused_ignores: list[UnusedIgnore] = field(default_factory=list)
 
     @classmethod
     def of(
@@ -71,16 +83,26 @@ class Report:
         cuts: list[CutAnalysis],
         diagnostics: list[Diagnostic],
         states: dict[int, dict] | None = None,
+        ignored: list[Ignored] | None = None,
         **timings,
     ) -> Report:
         """The report of ``diagnostics`` over analysed ``cuts``: each cut with its crossing
-        set, the state it hands over (``states``) and the codes of the errors found at it."""
+        set, the state it hands over (``states``) and the codes of the errors found at it
+        (and of those ``ignored`` there)."""
+        ignored = ignored or []
         reports = []
         for cut in cuts:
             here = [d for d in diagnostics if d.cut == cut.position and d.severity == "error"]
             state = (states or {}).get(cut.position)
-            reports.append(CutReport(cut.position, cut.crossing, [d.code for d in here], state))
-        return cls(model, num_layers, mode, cuts=reports, diagnostics=diagnostics, **timings)
+            report = CutReport(cut.position, cut.crossing, [d.code for d in here], state)
+            report.ignored = sorted(
+                {i.diagnostic.code for i in ignored if _counts_at(i.diagnostic, cut.position)}
+            )
+            reports.append(report)
+        return cls(
+            model, num_layers, mode, cuts=reports, diagnostics=diagnostics, ignored=ignored,
+            **timings,
+        )  # fmt: skip
 
     @property
     def kind(self) -> str:
@@ -140,7 +162,54 @@ class Report:
             **({"costs": self.costs} if self.costs is not None else {}),
             **({"tokens": self.tokens} if self.tokens is not None else {}),
             **({"legal_cuts": self.legal_cuts()} if self.mode == "map" else {}),
+            "groups": [_group_dict(g) for g in group(self.diagnostics)],
+            "ignored": [i.as_dict() for i in self.ignored],
+            "unused_ignores": [u.as_dict() for u in self.unused_ignores],
         }
+
+    def ignored_summary(self) -> str | None:
+        """``3 findings ignored (GC501 ×2 by --ignore, GC205 ×1 by # graphcheck: ignore at
+        model.py:12)``; ``None`` when nothing was ignored."""
+        return ignored_summary(self.ignored)
+
+
+def _counts_at(d: Diagnostic, position: int) -> bool:
+    """Whether error ``d`` would fail cut ``position`` (at it, or whole-program)."""
+    return d.severity == "error" and d.cut == position
+
+
+def _group_dict(g) -> dict:
+    first = g.first
+    return {
+        "code": first.code,
+        "count": len(g.members),
+        "cuts": g.covers("cut"),
+        "stages": g.covers("stage"),
+        "layers": g.covers("layer"),
+        "message": first.message,
+        "source": first.source_location(),
+    }
+
+
+def ignored_summary(ignored: list[Ignored]) -> str | None:
+    """One line on what was ignored and by what.
+
+    >>> from graphcheck.rules.suppress import IgnoredBy
+    >>> d = Diagnostic("GC501", "non-bf16-parameter", "fp32")
+    >>> found = [Ignored(d, IgnoredBy.IGNORE)] * 2 + [Ignored(d, IgnoredBy.COMMENT, "m.py:3")]
+    >>> ignored_summary(found)
+    '3 findings ignored (GC501 ×2 by --ignore, GC501 ×1 by # graphcheck: ignore at m.py:3)'
+    """
+    if not ignored:
+        return None
+    counts: dict[tuple[str, str], int] = {}
+    for i in ignored:
+        by = "not in --select" if i.by == "--select" else f"by {i.by}"
+        by += f" at {i.comment}" if i.comment else ""
+        counts[(i.diagnostic.code, by)] = counts.get((i.diagnostic.code, by), 0) + 1
+    parts = ", ".join(f"{code} ×{n} {by}" for (code, by), n in counts.items())
+    plural = "s" if len(ignored) != 1 else ""
+    return f"{len(ignored)} finding{plural} ignored ({parts})"
 
 
 @dataclass
@@ -163,6 +232,9 @@ class PlanReport:
     proof: Report | None = None
     seconds: float = 0.0
     kind: str = "plan"
+    # legal only because errors there are ignored (--ignore, --select, comments): position, codes
+    legal_by_ignore: list[dict] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)  # the map's ignored findings
 
     @property
     def verdict(self) -> str:
@@ -196,6 +268,8 @@ class PlanReport:
             "costs": self.costs.as_dict(),
             "proof": self.proof.as_dict() if self.proof is not None else None,
             "seconds": round(self.seconds, 3),
+            "legal_by_ignore": self.legal_by_ignore,
+            "ignored": [i.as_dict() for i in self.ignored],
         }
 
 

@@ -1,8 +1,15 @@
 """``--format text``: the report a person reads in a terminal.
 
 ``verify`` shows each cut's crossing set and the diagnostics, ``map`` one line
-per boundary, ``gate`` the static verdict next to the executed comparisons. The
-header names the program proven (``train mode``: ``model.train()``, or ``eval mode``).
+per boundary and the first finding of each illegal one, ``gate`` the static verdict
+next to the executed comparisons. The header names the program proven (``train
+mode``: ``model.train()``, or ``eval mode``).
+
+A finding that repeats (the same code, source line and message at every layer or
+cut) is shown once with what it covers (:func:`graphcheck.diagnostics.group`):
+``GC401 varlen-metadata-not-consumed · layers 0-7 · 8 findings``. Findings kept out
+of the verdict (``--ignore``, ``--select``, ``# graphcheck: ignore``) are counted at
+the end, with the ignore comments that matched nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
 from graphcheck.analysis.taint import Role
+from graphcheck.diagnostics import Group, group, spans
 from graphcheck.rules import MISMATCH_CODES
 
 if TYPE_CHECKING:
@@ -77,26 +85,55 @@ def _crossing_rows(crossing: list[Crossing]) -> list[str]:
     return _table(rows)
 
 
-def _diagnostic_lines(d: Diagnostic) -> list[str]:
-    where = [f"cut {d.cut}" if d.cut is not None else None]
-    where += [f"stage {d.stage}" if d.stage is not None else None]
+def _source_text(d: Diagnostic) -> str | None:
+    """The model's source line, ``file.py:57: code`` (a mapping of file, line, text too)."""
+    source = d.source
+    if isinstance(source, dict):
+        return f"{source.get('file')}:{source.get('line')}: {source.get('text') or ''}".rstrip()
+    return str(source) if source else None
+
+
+def _group_lines(g: Group) -> list[str]:
+    """A finding, or a repeated one once with the layers or cuts it covers."""
+    d, count = g.first, len(g.members)
     label = " (warning)" if d.severity == "warning" else ""
-    head = f"{d.code} {d.name}{label}" + "".join(f" · {w}" for w in where if w)
+    where = g.where() if count > 1 else _single_where(d)
+    more = f" · {count} findings" if count > 1 else ""
+    head = f"{d.code} {d.name}{label}" + (f" · {where}" if where else "") + more
     lines = [head, f"    {d.message}"]
     if d.node or d.module:
-        lines.append(f"    at {d.node or '-'} in {d.module or '-'}")
-    if d.source:
-        lines.append(f"    {d.source}")
+        first = f" (the first of {count})" if count > 1 else ""
+        lines.append(f"    at {d.node or '-'} in {d.module or '-'}{first}")
+    if _source_text(d):
+        lines.append(f"    {_source_text(d)}")
     return lines
 
 
+def _single_where(d: Diagnostic) -> str:
+    where = [f"cut {d.cut}" if d.cut is not None else None]
+    where += [f"stage {d.stage}" if d.stage is not None else None]
+    return " · ".join(w for w in where if w)
+
+
+def _diagnostic_lines(d: Diagnostic) -> list[str]:
+    return _group_lines(Group((d,)))
+
+
 def _diagnostics(report: Report) -> list[str]:
-    lines = [
-        "",
-        f"diagnostics ({len(report.diagnostics)}):" if report.diagnostics else "diagnostics: none",
-    ]
-    for d in report.diagnostics:
-        lines.extend("  " + line for line in _diagnostic_lines(d))
+    groups = group(report.diagnostics)
+    count = len(report.diagnostics)
+    folded = f" in {len(groups)} groups" if len(groups) not in (1, count) else ""
+    lines = ["", f"diagnostics ({count}{folded}):" if count else "diagnostics: none"]
+    for g in groups:
+        lines.extend("  " + line for line in _group_lines(g))
+    return lines
+
+
+def _ignored_lines(report: Report) -> list[str]:
+    """What was kept out of the verdict, and the ignore comments that matched nothing."""
+    summary = report.ignored_summary()
+    lines = [summary] if summary else []
+    lines += [f"note: {u.message}" for u in report.unused_ignores]
     return lines
 
 
@@ -128,26 +165,58 @@ def render_text(report: Report) -> str:
         differ = sum(d.code in MISMATCH_CODES for d in report.errors)
         plural = "" if differ == 1 else "s"
         summary += f"; {len(report.stage_programs)} stage programs, {differ} difference{plural}"
+    if report.ignored:
+        summary += f"; {len(report.ignored)} ignored"
     lines += ["", f"verdict: {report.verdict.upper()} ({summary})"]
+    ignored = _ignored_lines(report)
+    lines += ["", *ignored] if ignored else []
     return "\n".join(lines) + "\n"
 
 
+def _first_findings(report: Report) -> list[str]:
+    """Each illegal boundary's first finding, with its message (a finding repeated at
+    consecutive boundaries once, for the boundaries it spoils)."""
+    firsts = [
+        next(d for d in report.errors if d.cut == cut.position)
+        for cut in report.cuts
+        if cut.verdict == "fail"
+    ]
+    lines = []
+    for g in group(firsts):
+        where = f"cut{'s' if len(g.members) > 1 else ''} {spans(g.covers('cut'))}"
+        lines.append(f"  {where}: {g.first.code} {g.first.message}")
+        if _source_text(g.first):
+            lines.append(f"      {_source_text(g.first)}")
+    return ["", "first finding at each illegal boundary:", *lines] if lines else []
+
+
+def _map_codes(cut) -> str:
+    """A boundary's codes; ``(GC205 ignored)`` when ignored findings alone are there."""
+    codes = ",".join(sorted(set(cut.codes))) or "-"
+    return f"({','.join(cut.ignored)} ignored)" if cut.ignored and not cut.codes else codes
+
+
 def render_map(report: Report) -> str:
-    """One line per boundary: verdict, codes and what crosses."""
-    lines = [*_header(report), "", "  cut  verdict  codes        activations crossing"]
+    """One line per boundary: verdict, codes and what crosses; then the first finding at
+    each illegal boundary."""
+    width = max([11, *(len(_map_codes(cut)) for cut in report.cuts)])
+    lines = [*_header(report), "", f"  cut  verdict  {'codes':<{width}}  activations crossing"]
     for cut in report.cuts:
         acts = [c for c in cut.crossing if c.role == Role.ACTIVATION]
         wire = ", ".join(f"{c.node.name}:{c.dtype}" for c in acts) or "-"
-        codes = ",".join(sorted(set(cut.codes))) or "-"
-        lines.append(f"  {cut.position:>3}  {cut.verdict.upper():<7}  {codes:<11}  {wire}")
+        codes = _map_codes(cut)
+        lines.append(f"  {cut.position:>3}  {cut.verdict.upper():<7}  {codes:<{width}}  {wire}")
+    lines += _first_findings(report)
     whole = [d for d in report.diagnostics if d.cut is None]
     if whole:
         lines += [
             "",
             f"whole-program findings ({len(whole)}); no cut is legal until they are fixed:",
         ]
-        for d in whole:
-            lines.extend("  " + line for line in _diagnostic_lines(d))
+        for g in group(whole):
+            lines.extend("  " + line for line in _group_lines(g))
+    ignored = _ignored_lines(report)
+    lines += ["", *ignored] if ignored else []
     legal = report.legal_cuts()
     lines += ["", f"legal cuts: {', '.join(map(str, legal)) if legal else 'none'}"]
     return "\n".join(lines) + "\n"

@@ -29,9 +29,9 @@ Fix
 
 from __future__ import annotations
 
-from graphcheck.diagnostics import Diagnostic
+from graphcheck.diagnostics import Diagnostic, source_line
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "made_and_read"]
 
 CODE = "GC201"
 NAME = "extra-activation-crosses-cut"
@@ -49,12 +49,26 @@ def check(ctx) -> list[Diagnostic]:
             message = _mutation_message(ctx.program, cut, node) or (
                 f"{count} activations cross cut {cut.position}; besides the residual, "
                 f"{node.name} from {ctx.program.label(node)} ({ctx.program.dtype(node)}) is "
-                "needed on the right; fold it into the residual stream or keep its "
-                "consumers on the left"
+                f"needed on the right{made_and_read(ctx.program, cut, node)}; fold it into "
+                "the residual stream or keep its consumers on the left"
             )
             where = {"cut": cut.position, "stage": ctx.right_stage(cut)}
             found.append(Diagnostic.at(CODE, NAME, message, node=node, **where))
     return found
+
+
+def made_and_read(program, cut, node) -> str:
+    """`` (made at file.py:12, read across the cut by mul_6 in model.layers.2 at
+    file.py:40: x = layer(x) + x0)``: where a crossing value is made and the first place
+    the right side reads it; empty when the export kept neither line."""
+    readers = [u for u in node.users if u in program.interval and not cut.on_left(program, u)]
+    reader = next((u for u in program.graph.nodes if u in set(readers)), None)
+    made = source_line(node)
+    read = source_line(reader) if reader is not None else None
+    parts = [f"made at {made.split(': ', 1)[0]}"] if made else []
+    if read:
+        parts.append(f"read across the cut by {reader.name} in {program.label(reader)} at {read}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _mutation_message(program, cut, node) -> str | None:

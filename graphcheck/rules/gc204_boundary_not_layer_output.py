@@ -23,6 +23,7 @@ Fix
 from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.rules.gc201_extra_activation_crosses_cut import made_and_read
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
 
@@ -46,7 +47,8 @@ def check(ctx) -> list[Diagnostic]:
         if node is None:
             what = "no activation crosses"
         else:
-            what = f"{node.name} from {ctx.program.label(node)} crosses"
+            read = made_and_read(ctx.program, cut, node)
+            what = f"{node.name} from {ctx.program.label(node)}{read} crosses"
         found.append(
             Diagnostic.at(
                 CODE,

@@ -43,10 +43,27 @@ SUMMARY = (
 )
 
 
-_FIX = (
-    "untie it (--set tie_word_embeddings=false for hf: models, or give the head its "
-    "own weight) or keep its users on one stage"
-)
+def _fix(ctx, names) -> str:
+    """How to fix a weight shared by ``names`` (parameters and the modules reading it):
+    tied embeddings (the input and the output modules) untied by ``--set`` for an
+    ``hf:`` spec, in the model code otherwise; another shared weight given to each user."""
+    layout = ctx.program.layout
+
+    def under(fqns) -> bool:
+        return any(n == f or n.startswith(f + ".") for n in names for f in fqns)
+
+    if not (under(layout.input_fqns) and under(layout.output_fqns)):
+        return "give each stage its own weight, or keep the modules that read it on one stage"
+    if ctx.hf_spec:
+        return (
+            "untie the embeddings with --set tie_word_embeddings=false, or keep the "
+            "embedding and the head on one stage"
+        )
+    return (
+        "untie the embeddings in the model code: give the head its own weight (no "
+        "`lm_head.weight = embed_tokens.weight`; a transformers config: "
+        "tie_word_embeddings=False), or keep the embedding and the head on one stage"
+    )
 
 
 def check(ctx) -> list[Diagnostic]:
@@ -112,7 +129,8 @@ def _shared_storage(ctx, cut, group) -> Diagnostic | None:
         CODE,
         NAME,
         f"parameters {left_fqn} and {right_fqn} share one storage and are read on both "
-        f"sides of cut {cut.position}: by {left} and by {right}; {_FIX}",
+        f"sides of cut {cut.position}: by {left} and by {right}; "
+        + _fix(ctx, [left_fqn, right_fqn, left, right]),
         node=node,
         module=right_fqn,
         cut=cut.position,
@@ -132,7 +150,7 @@ def _diagnostic(ctx, cut, crossing) -> Diagnostic:
         NAME,
         f"parameter {name} is read on both sides of cut {cut.position}: by "
         f"{', '.join(left[:2]) or 'the left side'} and by {', '.join(crossing.consumers[:2])}; "
-        + _FIX,
+        + _fix(ctx, [fqn, *tied, *left, *crossing.consumers]),
         node=node,
         module=fqn,
         cut=cut.position,

@@ -1,0 +1,247 @@
+"""Which findings a run reports: ``--select`` / ``--ignore`` and inline ignore comments.
+
+Selectors follow ruff: a code (``GC501``) or a prefix that selects its family
+(``GC5`` is every GC5xx, ``GC`` every code). A finding is reported when the most
+specific selector that matches it is a ``select`` (``--select`` absent: everything
+is selected); ``ignore`` wins a tie. ``# graphcheck: ignore[GC501]`` (codes
+comma-separated; bare ``# graphcheck: ignore`` is every code) on the model's source
+line a finding points at ignores it there.
+
+An ignored finding does not count towards the verdict but is never silent: the
+report lists it (:class:`Ignored`), with what ignored it. An ignore comment in the
+model's code that matched no finding is an :class:`UnusedIgnore` note. Errors that
+stop a run (exit 2) are not findings: nothing here turns them into a pass.
+
+>>> s = Suppression.of(select=["GC2"], ignore=["GC205"])
+>>> [s.reason(code) for code in ("GC201", "GC205", "GC401")]
+[None, <IgnoredBy.IGNORE: '--ignore'>, <IgnoredBy.SELECT: '--select'>]
+>>> Suppression.of(select=["GC2"], ignore=["GC"]).reason("GC201") is None  # GC2 is more specific
+True
+>>> comment_codes("x = f(x)  # graphcheck: ignore[GC501, GC205]")
+('GC501', 'GC205')
+>>> comment_codes("x = f(x)  # graphcheck: ignore"), comment_codes("x = f(x)")
+((), None)
+"""
+
+from __future__ import annotations
+
+import difflib
+import linecache
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from graphcheck.errors import UsageError
+from graphcheck.rules import INFO
+
+if TYPE_CHECKING:
+    from graphcheck.diagnostics import Diagnostic
+
+__all__ = [
+    "IgnoredBy",
+    "Ignored",
+    "Outcome",
+    "Suppression",
+    "UnusedIgnore",
+    "comment_codes",
+    "model_files",
+    "parse_selectors",
+]
+
+_COMMENT = re.compile(r"#\s*graphcheck:\s*ignore(?:\[([^\]]*)\])?(?![\w\[])")
+_FRAME_FILE = re.compile(r'File "([^"]+)", line \d+')
+_SOURCE = re.compile(r"^(.+?):(\d+)(?::|$)")
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class IgnoredBy(StrEnum):
+    """What kept a finding out of the verdict."""
+
+    IGNORE = "--ignore"
+    SELECT = "--select"  # not among the selected codes
+    COMMENT = "# graphcheck: ignore"
+
+
+def comment_codes(line: str) -> tuple[str, ...] | None:
+    """The codes an ignore comment on ``line`` names (``()``: every code); ``None``
+    when the line has no ignore comment."""
+    match = _COMMENT.search(line)
+    if match is None:
+        return None
+    inside = match.group(1) or ""
+    return tuple(part.strip().upper() for part in inside.split(",") if part.strip())
+
+
+def _codes() -> list[str]:
+    """Every rule code, read without importing the rules (or torch)."""
+    return [rule.code for rule in INFO]
+
+
+def _known(selector: str) -> bool:
+    return any(code.startswith(selector) for code in _codes())
+
+
+def parse_selectors(values: str | Iterable[str] | None, flag: str) -> tuple[str, ...]:
+    """``values`` (strings of comma-separated codes or prefixes) as a tuple of selectors;
+    a :class:`UsageError` naming the nearest code for one that selects nothing.
+
+    >>> parse_selectors(["gc501,GC2"], "--ignore")
+    ('GC501', 'GC2')
+    >>> try:
+    ...     parse_selectors("GC59", "--ignore")
+    ... except UsageError as err:
+    ...     print(err)
+    --ignore GC59: no graphcheck code starts with GC59; did you mean GC501? (graphcheck rules)
+    """
+    if values is None:
+        return ()
+    items = [values] if isinstance(values, str) else list(values)
+    selectors = tuple(p.strip().upper() for item in items for p in str(item).split(","))
+    for selector in selectors:
+        if not re.fullmatch(r"GC\d{0,3}", selector) or not _known(selector):
+            nearest = difflib.get_close_matches(selector, _codes(), n=1, cutoff=0)
+            hint = f"; did you mean {nearest[0]}?" if nearest else ""
+            shown = selector or "''"
+            raise UsageError(
+                f"{flag} {shown}: no graphcheck code starts with {shown}{hint} (graphcheck rules)"
+            )
+    return selectors
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A finding kept out of the verdict, and what kept it out (``comment``: the
+    ``file:line`` of the ignore comment)."""
+
+    diagnostic: Diagnostic
+    by: IgnoredBy
+    comment: str | None = None
+
+    def as_dict(self) -> dict:
+        return {**self.diagnostic.as_dict(), "ignored_by": str(self.by), "comment": self.comment}
+
+
+@dataclass(frozen=True)
+class UnusedIgnore:
+    """An ignore comment in the model's code that matched no finding."""
+
+    location: str  # file:line
+    codes: tuple[str, ...]  # () for a bare comment
+
+    @property
+    def message(self) -> str:
+        what = f"ignore[{', '.join(self.codes)}]" if self.codes else "ignore"
+        unknown = [c for c in self.codes if c not in _codes()]
+        note = f" ({', '.join(unknown)}: not a graphcheck code)" if unknown else ""
+        return (
+            f"# graphcheck: {what} at {self.location} matched no finding{note}; remove it "
+            "or fix its codes"
+        )
+
+    def as_dict(self) -> dict:
+        return {"location": self.location, "codes": list(self.codes), "message": self.message}
+
+
+@dataclass
+class Outcome:
+    """The findings that count, those ignored, and the ignore comments that matched none."""
+
+    kept: list[Diagnostic] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)
+    unused: list[UnusedIgnore] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """``select`` and ``ignore`` selectors, checked (:func:`parse_selectors`)."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, select: str | Sequence[str] | None = None, ignore: str | Sequence[str] | None = None
+    ) -> Suppression:
+        return cls(parse_selectors(select, "--select"), parse_selectors(ignore, "--ignore"))
+
+    def reason(self, code: str) -> IgnoredBy | None:
+        """Why ``code`` is not reported (``None``: it is): the most specific selector
+        matching it decides, ``ignore`` winning a tie."""
+        chosen = max((len(s) for s in self.select if code.startswith(s)), default=-1)
+        if not self.select:
+            chosen = 0
+        ignored = max((len(s) for s in self.ignore if code.startswith(s)), default=-1)
+        if chosen < 0:
+            return IgnoredBy.SELECT
+        return IgnoredBy.IGNORE if ignored >= chosen else None
+
+    def apply(self, found: Sequence[Diagnostic], files: Iterable[str] = ()) -> Outcome:
+        """Split ``found``; the ignore comments in ``files`` (the model's source files)
+        that match no finding are the outcome's ``unused``."""
+        outcome, used = Outcome(), set()
+        for d in found:
+            at = _location(d)
+            codes = comment_codes(linecache.getline(*at)) if at else None
+            covered = codes is not None and (not codes or d.code in codes)
+            if covered:
+                used.add(_key(at))
+            by = self.reason(d.code)
+            if by is None and covered:
+                by = IgnoredBy.COMMENT
+            if by is None:
+                outcome.kept.append(d)
+            else:
+                comment = f"{_shown(at[0])}:{at[1]}" if by is IgnoredBy.COMMENT else None
+                outcome.ignored.append(Ignored(d, by, comment))
+        outcome.unused = [u for u in _comments(files) if _key(u[0]) not in used]
+        outcome.unused = [UnusedIgnore(f"{_shown(p)}:{n}", c) for (p, n), c in outcome.unused]
+        return outcome
+
+
+def _location(d: Diagnostic) -> tuple[str, int] | None:
+    """The file and line a finding points at (its ``source``), when the file exists."""
+    source = d.source
+    if isinstance(source, dict):
+        path, line = source.get("file"), source.get("line")
+    else:
+        match = _SOURCE.match(str(getattr(source, "file", source) or ""))
+        path, line = (match.group(1), match.group(2)) if match else (None, None)
+        line = getattr(source, "line", line)
+    if not path or line is None or not os.path.isfile(path):
+        return None
+    return path, int(line)
+
+
+def _key(at: tuple[str, int]) -> tuple[str, int]:
+    return os.path.realpath(at[0]), at[1]
+
+
+def _shown(path: str) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
+
+
+def model_files(graph) -> list[str]:
+    """The source files the exported program's nodes come from, outside torch and
+    graphcheck: where the model's ignore comments are."""
+    import torch
+
+    skip = (os.path.dirname(torch.__file__), _PACKAGE_DIR)
+    files = set()
+    for node in graph.nodes:
+        files.update(_FRAME_FILE.findall(node.meta.get("stack_trace") or ""))
+    return sorted(f for f in files if os.path.isfile(f) and not f.startswith(skip))
+
+
+def _comments(files: Iterable[str]) -> list[tuple[tuple[str, int], tuple[str, ...]]]:
+    """Every ignore comment in ``files``: ``((file, line), codes)``."""
+    found = []
+    for path in dict.fromkeys(os.path.realpath(f) for f in files):
+        for number, line in enumerate(linecache.getlines(path), start=1):
+            codes = comment_codes(line)
+            if codes is not None:
+                found.append(((path, number), codes))
+    return found
