@@ -111,3 +111,62 @@ def test_an_embedding_narrower_than_the_layers_asks_for_the_projection(cli):
     assert code == 2 and out == ""
     assert "get_input_embeddings() of ElectraForCausalLM is 128 wide and its hidden size 64" in err
     assert "pass --inputs FQN[,FQN] naming it too" in err
+
+
+TOP_LEVEL = {
+    # fixture: (layer prefix, input modules, output modules)
+    "flat": ("layers", ("embed",), ("norm", "lm_head")),
+    "torchtitan": ("layers", ("tok_embeddings",), ("norm", "output")),
+    "gpt2_names": ("h", ("wte",), ("ln_f", "lm_head")),  # wpe: glue beside wte
+}
+
+
+@pytest.mark.parametrize("name", TOP_LEVEL)
+def test_top_level_names_of_reference_code_are_found_and_cut(name):
+    """torchtitan's, Llama's and GPT-2's top-level names need no flag, and a cut proves."""
+    import layouts
+
+    import graphcheck
+
+    report = graphcheck.verify(lambda: getattr(layouts, name)(2), cuts=[1])
+    (first, last) = report.stages
+    prefix, inputs, outputs = TOP_LEVEL[name]
+    assert (first.modules, last.modules) == (inputs, outputs)
+    assert (report.verdict, report.cut(1).state["name"]) == ("pass", "residual")
+    layout = detect_layout(getattr(layouts, name)(2))
+    assert (layout.layer_prefix, layout.num_layers) == (prefix, 2)
+
+
+def test_a_decoder_without_a_head_ends_at_its_top_level_norm():
+    import layouts
+
+    layout = detect_layout(layouts.hidden_states(2))
+    assert (layout.input_fqns, layout.output_fqns) == (("embed",), ("norm",))
+
+
+def test_a_torchtitan_module_dict_of_layers_keeps_its_indices():
+    import layouts
+
+    layout = detect_layout(layouts.torchtitan(3))
+    assert layout.layer_keys == {"0": 0, "1": 1, "2": 2}
+    assert layout.layer_of("layers.2.mlp") == 2 and layout.edge_of("output.weight") == "output"
+
+
+def test_two_top_level_embeddings_ask_for_the_flag(cli):
+    import layouts
+
+    with pytest.raises(LayoutError, match=r"^embed, wte all sit at the top of TopLevelLM: "):
+        detect_layout(layouts.two_embeddings(2))
+    assert detect_layout(layouts.two_embeddings(2), inputs=("embed",)).input_fqns == ("embed",)
+    code, out, err = cli("map", "fixtures/layouts.py:two_embeddings")
+    assert (code, out) == (2, "")
+    assert err.endswith("(ambiguous); pass --inputs FQN[,FQN]\n") and err.count("\n") == 1
+
+
+def test_two_top_level_final_norms_ask_for_the_flag():
+    import layouts
+
+    model = layouts.flat(2)
+    model.ln_f = nn.LayerNorm(64)
+    with pytest.raises(LayoutError, match=r"norm, ln_f all sit at the top .* pass --outputs"):
+        detect_layout(model)

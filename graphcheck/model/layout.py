@@ -8,8 +8,11 @@ auto-detection of the common transformers layout; explicit overrides
 (``--layers``, ``--inputs``, ``--outputs``), which win over both.
 
 Auto-detection tries the tables of known paths first (``model.layers``,
-``model.embed_tokens``, ``model.norm`` + ``lm_head``...), then, for each part the
-tables miss, these structural rules:
+``model.embed_tokens``, ``model.norm`` + ``lm_head``...), then the top-level names
+reference code uses (torchtitan's ``tok_embeddings``/``layers``/``norm``/``output``,
+Llama's and GPT-2's ``embed``, ``wte``, ``ln_f``, ``lm_head``: :data:`TOP_INPUTS`,
+:data:`TOP_NORMS`, :data:`TOP_HEADS`; two of one kind at the top are ambiguous and
+ask for the flag), then, for each part these miss, these structural rules:
 
 * layers: the longest ``ModuleList`` of two or more entries that is not inside
   another ``ModuleList`` nor inside the input or output embeddings; two longest
@@ -51,19 +54,20 @@ from torch import nn
 from graphcheck.errors import LayoutError
 from graphcheck.model.boundary import BoundaryState, boundary_state, layer_ranges
 
-__all__ = ["Layout", "detect_layout"]
+__all__ = ["TOP_HEADS", "TOP_INPUTS", "TOP_NORMS", "Layout", "detect_layout"]
 
 _LAYER_CANDIDATES = ("model.layers", "layers", "model.decoder.layers", "transformer.h", "blocks")
-_INPUT_CANDIDATES = ("model.embed_tokens", "embed_tokens", "transformer.wte", "tok_embeddings")
+_INPUT_CANDIDATES = ("model.embed_tokens", "transformer.wte")
 _OUTPUT_CANDIDATES = (
     ("model.norm", "lm_head"),
-    ("norm", "lm_head"),
     ("model.decoder.final_layer_norm", "lm_head"),
     ("transformer.ln_f", "lm_head"),
-    ("norm", "output"),
     ("model.norm",),  # a decoder that returns hidden states (the loss applies the head)
-    ("norm",),
 )
+# Top-level names of reference code (a position embedding beside them, GPT-2's wpe, is glue)
+TOP_INPUTS = ("embed_tokens", "tok_embeddings", "embed", "wte")
+TOP_NORMS = ("norm", "ln_f")
+TOP_HEADS = ("lm_head", "output")
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ def _first_present(model: nn.Module, candidates) -> str | None:
 
 
 def _auto_inputs(model: nn.Module, prefix: str) -> tuple[str, ...]:
-    found = _first_present(model, _INPUT_CANDIDATES)
+    found = _first_present(model, _INPUT_CANDIDATES) or _top(model, TOP_INPUTS, "--inputs")
     if found:
         return (found,)
     found = _widen(_embedding_fqns(model)[0], prefix)
@@ -169,10 +173,12 @@ def _auto_outputs(model: nn.Module, prefix: str) -> tuple[str, ...]:
     for group in _OUTPUT_CANDIDATES:
         if all(_get(model, fqn) is not None for fqn in group):
             return group
-    norm = _final_norm(model, prefix)
+    norm = _top(model, TOP_NORMS, "--outputs") or _final_norm(model, prefix)
     head = _widen(_embedding_fqns(model)[1], prefix)
     if head:
         _check_width(model, "get_output_embeddings", "--outputs")
+    else:  # none, or a decoder that returns hidden states (the loss applies the head)
+        head = _top(model, TOP_HEADS, "--outputs")
     return tuple(dict.fromkeys(f for f in (norm, head) if f))
 
 
@@ -189,6 +195,25 @@ def _check_width(model: nn.Module, method: str, flag: str) -> None:
             f"size {hidden}: the projection between them is not found; pass {flag} FQN[,FQN] "
             "naming it too"
         )
+
+
+def _top(model: nn.Module, names: tuple[str, ...], flag: str) -> str | None:
+    """The one top-level child of ``model`` named one of ``names``; two are ambiguous.
+
+    >>> m = nn.Module(); m.tok_embeddings = nn.Embedding(4, 2); _top(m, TOP_INPUTS, "--inputs")
+    'tok_embeddings'
+    >>> m.wte = nn.Embedding(4, 2); _top(m, TOP_INPUTS, "--inputs")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphcheck.errors.LayoutError: tok_embeddings, wte all sit at the top of Module: ...
+    """
+    children = dict(model.named_children())
+    found = [name for name in names if children.get(name) is not None]
+    if len(found) > 1:
+        raise LayoutError(
+            f"{', '.join(found)} all sit at the top of {type(model).__name__}: no single one "
+            f"found (ambiguous); pass {flag} FQN[,FQN]"
+        )
+    return found[0] if found else None
 
 
 def _auto_layers(model: nn.Module) -> str | None:
