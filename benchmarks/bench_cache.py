@@ -1,0 +1,77 @@
+"""Export cache: the whole-process time of ``graphcheck verify``, cold against warm.
+
+Each figure is a subprocess running the installed ``graphcheck`` command, timed from
+start to exit: ``cold`` with an empty cache folder (build, export, analysis, report;
+the run stores the report), ``warm`` the same command again (the stored report, no
+build, no export). Also the cost of ``python -c "import torch"`` on this machine, the
+floor of any run that imports torch. Best of ``--repeat`` runs; the goal is a warm
+run at most 0.1 of the cold one. Every warm run's output is checked to be the cold
+run's, byte for byte.
+
+    .venv/bin/python benchmarks/bench_cache.py [--repeat 3] [SPEC --cuts K ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+CASES = [
+    ("reference_64 (64 layers)", "fixtures/reference.py:reference_64", "32"),
+    ("Llama-3.1-405B config (126 layers)", "hf:fixtures/configs/llama-3.1-405b.json", "63"),
+]
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, bytes, int]:
+    """Wall time, stdout and exit status of one process."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        sys.exit(f"{' '.join(argv)} failed: {done.stderr.decode().strip()}")
+    return seconds, done.stdout, done.returncode
+
+
+def cold_and_warm(spec: str, cut: str, repeat: int, env: dict[str, str]) -> tuple[float, float]:
+    """Best cold and best warm time of ``graphcheck verify spec --cuts cut``."""
+    colds, warms = [], []
+    for _ in range(repeat):
+        folder = tempfile.mkdtemp(prefix="graphcheck-bench-cache-")
+        argv = [str(BIN / "graphcheck"), "verify", spec, "--cuts", cut, "--cache-dir", folder]
+        try:
+            cold, report, _ = timed(argv, env)
+            warm, again, _ = timed(argv, env)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if again != report:
+            sys.exit(f"{spec}: the warm report differs from the cold one")
+        colds.append(cold)
+        warms.append(warm)
+    return min(colds), min(warms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHCHECK_NO_CACHE"}
+    torch_import = min(
+        timed([sys.executable, "-c", "import torch"], env)[0] for _ in range(args.repeat)
+    )
+    print(f"python -c 'import torch': {torch_import:.2f} s (best of {args.repeat})")
+    print(f"{'graphcheck verify':38} {'cold s':>7} {'warm s':>7} {'warm/cold':>10}")
+    for label, spec, cut in CASES:
+        cold, warm = cold_and_warm(spec, cut, args.repeat, env)
+        print(f"{label:38} {cold:7.2f} {warm:7.2f} {warm / cold:10.3f}")
+
+
+if __name__ == "__main__":
+    main()
