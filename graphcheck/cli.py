@@ -509,6 +509,8 @@ def _check_inputs(args: argparse.Namespace) -> None:
         path = getattr(args, flag, None)
         if path is not None:
             _check_writable(f"--{flag.replace('_', '-')}", path)
+    if getattr(args, "doc_length", 1) < 1:
+        raise UsageError(f"--doc-length {args.doc_length} must be at least 1 (tokens)")
     if getattr(args, "stage_builder", None) is not None:
         from graphcheck.stages.builders import check_builder
 
@@ -520,6 +522,8 @@ def _check_writable(flag: str, path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a folder; give a file name in it")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: {folder} is a file, not a folder")
     if not os.path.isdir(folder):
         raise UsageError(f"{flag} {path}: the folder {folder} does not exist; create it first")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
