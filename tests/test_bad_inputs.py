@@ -55,6 +55,7 @@ BAD_INPUTS = [
     (["verify", REF, "--cuts", "4", "--layers", "model.blocks"], "'model.blocks' not found",
      BUILD),
     (["verify", REF, "--cuts", "4", "--inputs", "model.nope"], "'model.nope' not found", BUILD),
+    (["verify", REF, "--cuts", "4", "--outputs", "lm_head,nope"], "'nope' not found", BUILD),
     (["verify", REF, "--cuts", "4", "--dtype", "float16"], "--dtype: invalid choice", ARGS),
     (["verify", REF, "--cuts", "4", "--mode", "test"], "--mode: invalid choice", ARGS),
     (["verify", REF, "--cuts", "4", "--format", "yaml"], "--format: invalid choice", ARGS),
@@ -64,6 +65,8 @@ BAD_INPUTS = [
      ARGS),
     (["plan", REF, "--stages", "2", "--cost", "bytes"], "--cost: invalid choice", ARGS),
     (["plan", REF, "--stages", "99"], "asks for 99 stages", BUILD),
+    (["plan", REF, "--stages", "2", "--virtual", "0"], "--virtual 0 asks for 0 stages", BUILD),
+    (["gate", REF, "--cuts", "4", "--seed", "x"], "--seed: invalid int value", ARGS),
     (["map", REF, "--doc-length", "0"], "--doc-length 0 must be at least 1", ARGS),
     (["map", "hf:llama", "--set", "layers"], "--set 'layers' is not KEY=VALUE", ARGS),
     (["map", "hf:llama", "--set", "intermediate_sise=1"],
@@ -152,8 +155,8 @@ def test_the_table_covers_every_flag_that_takes_a_value():
     """A new flag of verify, map, plan or gate gets a row here (or is listed as exempt)."""
     from graphcheck.cli import build_parser
 
-    exempt = {"--help", "--version", "--seed", "--virtual", "--head", "--output-fqn",
-              "--cache-dir", "--select", "--ignore", "--outputs"}  # fmt: skip
+    exempt = {"--help", "--version", "--head", "--output-fqn",
+              "--cache-dir", "--select", "--ignore"}  # fmt: skip
     subparsers = build_parser()._subparsers._group_actions[0].choices
     flags = {
         option
