@@ -16,6 +16,7 @@ others still run.
 
 from __future__ import annotations
 
+import linecache
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,9 +99,10 @@ def run_check(check: Check, folder: Path, with_state: bool) -> CheckRun:
     """Build and export ``check``'s model once, prove each plan; with ``with_state`` also
     the lock entry (boundaries, layer programs)."""
     run = CheckRun(check)
+    linecache.checkcache()  # stack traces quote the model's lines as they are now
     options = dict(check.options)
     allow = options.pop("allow_fp32", ())
-    codes = {"select": list(check.select) or None, "ignore": list(check.ignore) or None}
+    codes = {k: list(v) for k, v in (("select", check.select), ("ignore", check.ignore)) if v}
     try:
         explorer = api.Explorer(check.model, allow_fp32=allow, **codes, **options)
         for plan in check.plans:

@@ -29,6 +29,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="only the checks whose name or model spec contains PATTERN or matches it as a glob",
     )
     parser.add_argument("--output", metavar="FILE", help="write the result to FILE")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        help="show the phases and their times on stderr (default: when stderr is a terminal)",
+    )
 
 
 def add_parsers(sub) -> None:

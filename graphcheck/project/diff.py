@@ -181,7 +181,8 @@ def _boundary_changes(name: str, old: dict, new: dict) -> list[Change]:
             continue
         before, after = _verdict(was[1], was[2], "boundary"), _verdict(verdict, codes, "boundary")
         fails = was[1] == "pass" and verdict == "fail"
-        more = f"; now crossing: {', '.join(crossing)}" if fails else ""
+        acts = [c.removeprefix("activation ") for c in crossing if c.startswith("activation ")]
+        more = f"; activations crossing now: {', '.join(acts)}" if fails and acts else ""
         message = f"boundary {position}: {before} → {after}{more}"
         changes.append(Change(ChangeKind.BOUNDARY, name, message, fails))
     return changes

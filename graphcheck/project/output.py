@@ -43,6 +43,11 @@ def _json(result: CheckResult) -> str:
     return render(result, "json")
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 check``, ``2 checks``."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def _change_lines(change: Change) -> list[str]:
     mark = "✗" if change.fails else "·"
     model = f"{change.model}: " if change.model else ""
@@ -54,11 +59,11 @@ def _summary(result: CheckResult) -> str:
     reports = result.reports
     proven = sum(r.verdict == "pass" for _, _, r in reports)
     errors = sum(run.error is not None for run in result.runs)
-    parts = [f"{len(result.runs)} checks", f"{proven}/{len(reports)} plans proven"]
+    parts = [_count(len(result.runs), "check"), f"{proven}/{len(reports)} plans proven"]
     parts += [f"{errors} could not run"] if errors else []
     if result.diff is not None:
         failing = sum(c.fails for c in result.diff.changes)
-        parts.append(f"lock: {len(result.diff.changes)} changes, {failing} failing")
+        parts.append(f"lock: {_count(len(result.diff.changes), 'change')}, {failing} failing")
     if result.wrote is not None:
         parts.append(f"wrote {result.wrote.name}")
     return f"graphcheck {result.command}: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
@@ -76,7 +81,7 @@ def _text(result: CheckResult) -> str:
             else:
                 out.append(f"-- {plan} --\n{render(report, 'text')}")
     if result.diff is not None:
-        out.append(f"== lock: {len(result.diff.changes)} changes ==\n")
+        out.append(f"== lock: {_count(len(result.diff.changes), 'change')} ==\n")
         lines = [line for c in result.diff.changes for line in _change_lines(c)]
         out.append("\n".join(lines or ["  no change"]) + "\n")
     if result.update and result.diff is not None and result.diff.exit_code:
@@ -119,12 +124,13 @@ def _sarif(result: CheckResult) -> str:
         base = logs[0][2]
     else:
         base = json.loads(render(Report(model="", num_layers=0, mode="verify"), "sarif"))
-    merged = base["runs"][0]
-    merged["results"] = []
+    results = []
     for run, plan, log in logs:
         for found in log["runs"][0]["results"]:
             found["properties"].update(check=run.check.name, plan=plan)
-            merged["results"].append(found)
+            results.append(found)
+    merged = base["runs"][0]
+    merged["results"] = results
     if result.diff is not None:
         merged["tool"]["driver"]["rules"] += _lock_rules()
         merged["results"] += [_lock_result(c) for c in result.diff.changes]
@@ -156,7 +162,7 @@ def _markdown(result: CheckResult) -> str:
 
 def _markdown_lock(result: CheckResult) -> str:
     changes = result.diff.changes
-    lines = [f"#### graphcheck.lock: {len(changes)} changes", ""]
+    lines = [f"#### graphcheck.lock: {_count(len(changes), 'change')}", ""]
     for c in changes:
         model = f"**{c.model}** " if c.model else ""
         lines.append(f"- {'❌' if c.fails else 'ℹ️'} {model}{_cell(c.message)}")

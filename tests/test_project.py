@@ -1,0 +1,211 @@
+"""The project configuration and ``graphcheck check``: found like ruff's, validated before
+any export (each bad configuration is exit 2 and one line, before a model is built),
+``-k`` selection, relative paths, the worst exit status, and the formats of a check.
+
+The lock and its diff are in tests/test_lock.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+
+import pytest
+from harness import ROOT
+
+from graphcheck.project.config import Plan, PlanKind, find_config, load_config
+
+FIXTURE = ROOT / "fixtures/lockable.py"
+
+
+def _project(tmp_path, body: str, name: str = "pyproject.toml"):
+    """``tmp_path`` holding a copy of the lockable fixture and a configuration."""
+    shutil.copy(FIXTURE, tmp_path / "lockable.py")
+    (tmp_path / name).write_text(textwrap.dedent(body), encoding="utf-8")
+    return tmp_path
+
+
+GOOD = """\
+    [tool.graphcheck]
+    [[tool.graphcheck.checks]]
+    name = "small"
+    model = "lockable.py:lockable"
+    cuts = [[2], [3, 5]]
+    stages = 2
+    layout = "E|t*3|t*3|L"
+"""
+
+
+def test_config_is_found_from_a_subfolder_and_paths_are_relative_to_it(tmp_path, monkeypatch):
+    root = _project(tmp_path, GOOD)
+    (root / "sub/deeper").mkdir(parents=True)
+    monkeypatch.chdir(root / "sub/deeper")
+    assert find_config() == root / "pyproject.toml"
+    config = load_config()
+    (check,) = config.checks
+    assert check.model == f"{root / 'lockable.py'}:lockable"  # not under the working folder
+    assert [p.name for p in check.plans] == ["cuts 2", "cuts 3,5", "stages 2", "layout E|t*3|t*3|L"]
+    assert config.lock_path == root / "graphcheck.lock"
+    monkeypatch.chdir(root)
+    assert load_config().checks[0].model == "lockable.py:lockable"
+
+
+def test_graphcheck_toml_wins_over_pyproject_and_needs_no_tool_table(tmp_path, monkeypatch):
+    root = _project(tmp_path, GOOD)
+    (root / "graphcheck.toml").write_text(
+        '[[checks]]\nname = "own"\nmodel = "lockable.py:lockable"\n', encoding="utf-8"
+    )
+    monkeypatch.chdir(root)
+    config = load_config()
+    assert config.path.name == "graphcheck.toml"
+    assert [c.name for c in config.checks] == ["own"]
+    assert config.checks[0].plans == (Plan(PlanKind.DECLARED),)
+
+
+def test_pyproject_without_the_table_is_passed_over(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n", "utf-8")
+    (tmp_path / "inner").mkdir()
+    _project(tmp_path / "inner", "[tool.other]\n")
+    monkeypatch.chdir(tmp_path / "inner")
+    with pytest.raises(Exception, match=r"no graphcheck\.toml or pyproject\.toml"):
+        find_config()
+
+
+BAD = [
+    ("[tool.graphcheck]\nchecks = []\n", "give the models to check as [[checks]] tables"),
+    ("[tool.graphcheck]\nselct = ['GC2']\n", "unknown key 'selct'; did you mean 'select'?"),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\nstgaes = 2\n",
+        "checks[0]: unknown key 'stgaes'; did you mean 'stages'?",
+    ),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\nallow_fp23 = ['x']\n",
+        "did you mean 'allow_fp32'?",
+    ),
+    ("[[tool.graphcheck.checks]]\ncuts = [2]\n", "checks[0]: no model"),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'missing.py:f'\n",
+        "missing.py: no such file (relative paths are relative to",
+    ),
+    ("[[tool.graphcheck.checks]]\nmodel = 'lockable.py'\n", "is not 'path/to/file.py:factory'"),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\ncuts = [2, 'x']\n",
+        "cuts = [2, 'x']: give non-negative integers",
+    ),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\nstages = true\n",
+        "stages = [True]: give non-negative integers",
+    ),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\nmode = 'training'\n",
+        "mode = 'training': use one of train, eval",
+    ),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\nset = 4\n",
+        "set = 4 is not a table",
+    ),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\nignore = ['GC999']\n",
+        "no rule code 'GC999'",
+    ),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\n"
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\n",
+        "two checks are named 'lockable.py:lockable'; give each a unique name",
+    ),
+    ("[tool.graphcheck\n", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD, ids=[m[:30] for _, m in BAD])
+def test_bad_configuration_is_one_line_and_exit_2_before_any_export(
+    tmp_path, monkeypatch, cli, body, message
+):
+    _project(tmp_path, body)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("check")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith("graphcheck: error: ")
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_usage_errors_of_the_commands(tmp_path, monkeypatch, cli):
+    _project(tmp_path, GOOD)
+    monkeypatch.chdir(tmp_path)
+    cases = {
+        ("check", "-k", "nothing"): "-k 'nothing' selects no check of pyproject.toml: small",
+        ("check", "--update"): "add --locked",
+        ("check", "--locked"): "run graphcheck lock first",
+        ("check", "--config", "nowhere.toml"): "--config nowhere.toml: no such file",
+        ("check", "--format", "html"): "invalid choice: 'html'",
+    }
+    for argv, message in cases.items():
+        code, _, err = cli(*argv)
+        assert (code, err.count("\n")) == (2, 1), (argv, err)
+        assert message in err, (argv, err)
+    assert not (tmp_path / "graphcheck.lock").exists()
+
+
+def test_no_configuration_says_where_it_looked(tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("check")
+    assert code == 2 and "pass --config FILE" in err
+
+
+WORST = """\
+    [[tool.graphcheck.checks]]
+    name = "proven"
+    model = "lockable.py:lockable"
+    cuts = [3]
+
+    [[tool.graphcheck.checks]]
+    name = "skip"
+    model = "{violations}:skip_connection"
+    cuts = [4]
+"""
+
+
+@pytest.mark.slow  # two exports; the fast run has the exit-2 twin below
+def test_check_runs_every_model_and_exits_with_the_worst(tmp_path, monkeypatch, cli):
+    body = WORST.format(violations=ROOT / "fixtures/violations.py")
+    root = _project(tmp_path, body)
+    monkeypatch.chdir(root)
+    code, out, err = cli("check", "--format", "json")
+    assert code == 1, err
+    data = json.loads(out)
+    assert (data["mode"], data["verdict"], data["lock"]) == ("check", "fail", None)
+    verdicts = {c["name"]: (c["verdict"], [p["plan"] for p in c["plans"]]) for c in data["checks"]}
+    assert verdicts == {"proven": ("pass", ["cuts 3"]), "skip": ("fail", ["cuts 4"])}
+    skip = data["checks"][1]["plans"][0]["report"]
+    assert {d["code"] for d in skip["diagnostics"]} == {"GC201"}
+
+
+def test_a_model_that_cannot_be_built_is_exit_2_and_the_others_still_run(
+    tmp_path, monkeypatch, cli
+):
+    root = _project(
+        tmp_path,
+        """\
+        [[tool.graphcheck.checks]]
+        name = "proven"
+        model = "lockable.py:lockable"
+        cuts = [3]
+
+        [[tool.graphcheck.checks]]
+        name = "broken"
+        model = "lockable.py:no_such_factory"
+        cuts = [3]
+        """,
+    )
+    monkeypatch.chdir(root)
+    code, out, _ = cli("check")
+    assert code == 2
+    assert "error: lockable.py has no callable 'no_such_factory'" in out
+    assert "-- cuts 3 --" in out and "verdict: PASS" in out  # the first check still ran
+    code, out, _ = cli("check", "-k", "brok*")  # a glob on the name: that check alone
+    assert code == 2 and "== broken (lockable.py:no_such_factory) ==" in out
+    assert "== proven" not in out and out.splitlines()[-1].endswith(
+        "0/0 plans proven · 1 could not run"
+    )
