@@ -574,8 +574,9 @@ def _error_document(argv: list[str], message: str, detail: tuple[str, ...] = ())
     consumer that parses stdout reads why there is no report."""
     fmt = _asked_format(argv)
     if fmt == "json":
-        error = {"error": message, "detail": list(detail), "exit_code": 2}
-        sys.stdout.write(json.dumps(error, indent=2) + "\n")
+        from graphcheck.reporters.json import error_document
+
+        sys.stdout.write(error_document(message, detail) + "\n")
     elif fmt == "sarif":
         from graphcheck.reporters.sarif import error_log
 
