@@ -18,13 +18,20 @@ everything that can change the graph or the verdict (:mod:`graphcheck.cache.key`
   files. A hit needs each of them to hash the same still: an edit, even of a comment,
   runs afresh.
 
-A hit imports neither torch nor transformers (nor :mod:`graphcheck.api`): this package
-imports only :mod:`graphcheck.errors` and :mod:`graphcheck._version`.
+Nothing here imports torch, transformers or :mod:`graphcheck.api`: this package imports
+only :mod:`graphcheck.errors` and :mod:`graphcheck._version`, so a hit costs what the
+command line imports before it, the key and the dependency hashes.
 
-Why the result, and not the exported program: a program saved with
-``torch.export.save`` still has to be loaded (torch imported, the fake model built for
-its layout) and analysed again, which is most of a warm run's cost; and a warm re-run
-of the very same command is the case CI repeats. Only results are cached.
+Why the result, and not also the exported program (``torch.export.save``) for other
+plans of the same model: a saved program does not analyse as the live one does. Loaded
+back with ``torch.export.load`` (torch 2.13), the fake parameters come back sharing
+one storage: the reference decoder's map went from every boundary legal to none, each
+cut a false GC205 (``model.embed_tokens.weight`` and a layer norm "share one storage"),
+and so on every fixture tried (``skip_connection``, ``fp32_residual``,
+``tied_embeddings``, ``ignores_cu_seqlens``, ``length_guard``). Loading also took 1.5
+to 3.3 s against an export of 2 to 7 s on those 8-layer fixtures, with torch imported
+and the fake model built for the layout either way. So only results are cached:
+another plan of the same model is a fresh export.
 
 The folder and its safety (atomic writes, damaged entries ignored with a note, an
 unwritable folder a note): :mod:`graphcheck.cache.store`.
