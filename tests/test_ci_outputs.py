@@ -164,7 +164,10 @@ def test_markdown_of_a_map_has_a_row_per_boundary():
 
 
 def test_markdown_shows_the_first_findings_and_counts_the_rest():
-    found = [Diagnostic("GC202", "boundary-not-bf16", f"cut {i} | fp32", cut=i) for i in range(13)]
+    found = [
+        Diagnostic("GC202", "boundary-not-bf16", f"cut {i} | fp32", cut=i, source=f"m.py:{i}: x")
+        for i in range(13)
+    ]  # distinct source lines: not grouped
     text = render(Report(model="m.py:f", num_layers=13, mode="map", diagnostics=found), "markdown")
     _, _, items = _parse(text)
     assert len(items) == 11 and "3 more" in items[-1]

@@ -2,8 +2,10 @@
 
 A heading with the verdict, the model and the mode; one table row per cut (its
 position, verdict, codes and the activations that cross it); the first diagnostics
-with where they come from and their rule's fix; and the crossing set of the first
-violating cut in full. It renders ``verify`` and ``map`` reports; a plan or a gate
+with where they come from and their rule's fix (a finding repeated at every layer or
+cut once, with what it covers: :func:`graphcheck.diagnostics.group`); what was
+ignored (``--ignore``, ``--select``, ``# graphcheck: ignore``); and the crossing set
+of the first violating cut in full. It renders ``verify`` and ``map`` reports; a plan or a gate
 result is a usage error (the command line refuses them before any export).
 
 >>> _cell("a|b `c`")
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
 from graphcheck.analysis.taint import Role
+from graphcheck.diagnostics import Group, group
 from graphcheck.errors import UsageError
 from graphcheck.reporters.sarif import doc_sections
 from graphcheck.rules import by_code
@@ -31,7 +34,7 @@ __all__ = ["KINDS", "MAX_DIAGNOSTICS", "NAME", "render"]
 
 NAME = "markdown"
 KINDS = frozenset({"verify", "map"})  # the results this format renders
-MAX_DIAGNOSTICS = 10  # a PR comment shows the first ones; the rest are counted
+MAX_DIAGNOSTICS = 10  # a PR comment shows the first groups of findings; the rest are counted
 
 
 def render(result: Report) -> str:
@@ -40,7 +43,8 @@ def render(result: Report) -> str:
             f"--format markdown summarises graphcheck verify or map, not {result.kind}; "
             f"use --format text or json for {result.kind}"
         )
-    parts = [_heading(result), _cuts(result), _diagnostics(result), _first_violation(result)]
+    parts = [_heading(result), _cuts(result), _diagnostics(result), _ignored(result)]
+    parts.append(_first_violation(result))
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
@@ -91,15 +95,23 @@ def _fix(code: str) -> str | None:
     return " ".join(fix.split("\n\n")[0].split()).replace("``", "`") if fix else None
 
 
-def _item(d: Diagnostic, fix: bool) -> str:
-    """A finding as a list item; ``fix`` adds its rule's fix (once per code)."""
+def _where(d: Diagnostic) -> str:
     where = [f"cut {d.cut}" if d.cut is not None else None]
     where += [f"stage {d.stage}" if d.stage is not None else None]
+    return " · ".join(w for w in where if w)
+
+
+def _item(g: Group, fix: bool) -> str:
+    """A finding (or a repeated one, with what it covers) as a list item; ``fix`` adds
+    its rule's fix (once per code)."""
+    d, count = g.first, len(g.members)
     label = " (warning)" if d.severity == "warning" else ""
-    head = f"- **{d.code}** {d.name}{label}" + "".join(f" · {w}" for w in where if w)
+    where = g.where() if count > 1 else _where(d)
+    more = f" · {count} findings" if count > 1 else ""
+    head = f"- **{d.code}** {d.name}{label}" + (f" · {where}" if where else "") + more
     lines = [head, f"  {' '.join(d.message.split())}"]
     if d.source:
-        lines.append(f"  at {_code(d.source)}")
+        lines.append(f"  at {_code(str(d.source))}")
     hint = _fix(d.code) if fix else None
     if hint:
         lines.append(f"  *Fix:* {hint}")
@@ -109,13 +121,25 @@ def _item(d: Diagnostic, fix: bool) -> str:
 def _diagnostics(report: Report) -> str:
     if not report.diagnostics:
         return "No findings."
-    shown = report.diagnostics[:MAX_DIAGNOSTICS]
+    groups = group(report.diagnostics)
+    shown = groups[:MAX_DIAGNOSTICS]
     lines = [f"#### Findings ({len(report.diagnostics)})", ""]
-    lines += [_item(d, d.code not in {e.code for e in shown[:i]}) for i, d in enumerate(shown)]
-    rest = len(report.diagnostics) - len(shown)
+    codes = [g.first.code for g in shown]
+    lines += [_item(g, g.first.code not in codes[:i]) for i, g in enumerate(shown)]
+    rest = sum(len(g.members) for g in groups[len(shown) :])
     if rest:
         lines.append(f"- … and {rest} more (`--format text` or `json` lists them all)")
     return "\n".join(lines)
+
+
+def _ignored(report: Report) -> str:
+    """What was kept out of the verdict, and the ignore comments that matched nothing."""
+    summary = report.ignored_summary()
+    notes = [f"- {_cell(u.message)}" for u in report.unused_ignores]
+    lines = [f"*{_cell(summary)}*"] if summary else []
+    if summary and notes:
+        lines.append("")
+    return "\n".join(lines + notes)
 
 
 def _first_violation(report: Report) -> str:

@@ -246,6 +246,7 @@ def _plan_header(report: PlanReport) -> list[str]:
     ]
     if blocked:
         lines.append(f"  illegal boundaries: {blocked}")
+    lines += _legal_by_ignore(report)
     if report.whole_program:
         lines.append(f"  whole-program findings spoil every cut: {', '.join(report.whole_program)}")
     uncounted = [
@@ -256,6 +257,19 @@ def _plan_header(report: PlanReport) -> list[str]:
     if uncounted and report.metric == "flops":
         lines.append("  not counted (sizes not a multiple of T): " + "; ".join(uncounted))
     return lines
+
+
+def _legal_by_ignore(report: PlanReport) -> list[str]:
+    """``legal only because GC201 is ignored: 1, 2, 3``: boundaries the plan may use only
+    because their findings are ignored."""
+    by_codes: dict[tuple[str, ...], list[int]] = {}
+    for b in report.legal_by_ignore:
+        by_codes.setdefault(tuple(b["codes"]), []).append(b["position"])
+    return [
+        f"  legal only because {', '.join(codes)} {'is' if len(codes) == 1 else 'are'} "
+        f"ignored: {', '.join(map(str, positions))}"
+        for codes, positions in by_codes.items()
+    ]
 
 
 def _chunk_lines(report: PlanReport) -> list[str]:

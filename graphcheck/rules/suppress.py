@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import difflib
 import linecache
 import os
 import re
@@ -102,13 +101,46 @@ def parse_selectors(values: str | Iterable[str] | None, flag: str) -> tuple[str,
     selectors = tuple(p.strip().upper() for item in items for p in str(item).split(","))
     for selector in selectors:
         if not re.fullmatch(r"GC\d{0,3}", selector) or not _known(selector):
-            nearest = difflib.get_close_matches(selector, _codes(), n=1, cutoff=0)
+            nearest = _nearest(selector)
             hint = f"; did you mean {nearest[0]}?" if nearest else ""
             shown = selector or "''"
             raise UsageError(
                 f"{flag} {shown}: no graphcheck code starts with {shown}{hint} (graphcheck rules)"
             )
     return selectors
+
+
+def _nearest(selector: str) -> list[str]:
+    """The code nearest ``selector``: among those sharing its longest prefix, the fewest
+    edits away, a swap of two neighbours one edit (``GC250`` -> ``GC205``).
+
+    >>> _nearest("GC250"), _nearest("GC59"), _nearest("GC2O1")
+    (['GC205'], ['GC501'], ['GC201'])
+    """
+    codes = _codes()
+    shared = max(_common(selector, code) for code in codes)
+    family = [code for code in codes if code[:shared] == selector[:shared]]
+    return sorted(family, key=lambda code: (_edits(selector, code), code))[:1]
+
+
+def _common(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap neighbours) that turn ``a`` into ``b``."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
 
 
 @dataclass(frozen=True)
