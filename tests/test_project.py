@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 from harness import ROOT
+from markdown_it import MarkdownIt
 
 from graphcheck.project.config import Plan, PlanKind, find_config, load_config
 
@@ -209,3 +210,58 @@ def test_a_model_that_cannot_be_built_is_exit_2_and_the_others_still_run(
     assert "== proven" not in out and out.splitlines()[-1].endswith(
         "0/0 plans proven · 1 could not run"
     )
+    code, out, _ = cli("check", "-k", "broken", "--format", "markdown")
+    tokens = MarkdownIt("commonmark").enable("table").parse(out)
+    cells = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "td_open"]
+    assert code == 2 and cells[:3] == ["broken", "-", "ERROR"]
+    assert "no callable 'no_such_factory'" in cells[3]
+
+
+EXAMPLE = ROOT / "examples/graphcheck.toml"
+
+
+def test_the_example_configuration_loads_with_three_kinds_of_model(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = load_config(EXAMPLE)
+    models = {c.name: (c.model, [p.name for p in c.plans]) for c in config.checks}
+    assert models == {
+        "llama-small": ("hf:llama", ["stages 2", "stages 4"]),
+        "reference": (
+            "fixtures/reference.py:reference",
+            ["cuts 4", "cuts 2,4,6", "layout E|t*4|t*4|L"],
+        ),
+        "llama-3.1-8b": ("hf:fixtures/configs/llama-3.1-8b.json", ["stages 4"]),
+    }
+    assert config.checks[0].options == {"settings": {"num_hidden_layers": 4}}
+
+
+@pytest.mark.slow  # a full-size 32-layer config.json among them: ~15 s of CPU
+def test_check_of_three_models_gives_valid_sarif_and_markdown(monkeypatch):
+    import jsonschema
+
+    from graphcheck.project.check import run_project
+    from graphcheck.project.output import render_check
+
+    monkeypatch.chdir(ROOT)
+    result = run_project(EXAMPLE)
+    assert [run.check.name for run in result.runs] == ["llama-small", "reference", "llama-3.1-8b"]
+    assert result.exit_code == 0 and len(result.reports) == 6
+    schema = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text("utf-8"))
+    log = json.loads(render_check(result, "sarif"))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert not [e.message for e in validator.iter_errors(log)]
+    assert log["runs"][0]["properties"] == {"mode": "check", "verdict": "pass"}
+    tokens = MarkdownIt("commonmark").enable("table").parse(render_check(result, "markdown"))
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings[0] == "✅ graphcheck check: PASS"
+    cells = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "td_open"]
+    rows = [cells[i : i + 4] for i in range(0, 24, 4)]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("llama-small", "stages 2", "PASS"),
+        ("llama-small", "stages 4", "PASS"),
+        ("reference", "cuts 4", "PASS"),
+        ("reference", "cuts 2,4,6", "PASS"),
+        ("reference", "layout E|t*4|t*4|L", "PASS"),
+        ("llama-3.1-8b", "stages 4", "PASS"),
+    ]
+    assert sum(h.endswith("graphcheck verify: PASS") for h in headings) == 6
