@@ -46,6 +46,7 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py
 	$(BIN)/python benchmarks/bench_plan.py
+	$(BIN)/python benchmarks/bench_cache.py
 
 # Every transformers causal-LM family through `graphcheck map`: README's coverage table.
 coverage: $(STAMP)
