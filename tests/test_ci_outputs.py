@@ -235,15 +235,17 @@ def test_pytest_plugin_fails_a_user_test_with_the_report(pytester):
     assert "UsageError" in failures["test_bad_cut_is_an_error_not_a_pass"]
 
 
-def test_pre_commit_hook_runs_verify_with_the_users_args():
+def test_pre_commit_hook_runs_the_projects_checks():
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     assert (hook["id"], hook["entry"], hook["language"]) == (
         "graphcheck",
-        "graphcheck verify",
+        "graphcheck check",
         "python",
     )
     assert hook["pass_filenames"] is False
-    assert re.search(hook["files"], "models/llama.py") and not re.search(hook["files"], "a.md")
+    changed = ("models/llama.py", "pyproject.toml", "graphcheck.toml", "graphcheck.lock")
+    assert all(re.search(hook["files"], path) for path in changed)
+    assert not any(re.search(hook["files"], path) for path in ("a.md", "graphcheck.lock.bak"))
 
 
 def test_example_workflow_uploads_the_sarif_and_posts_the_markdown():
@@ -255,8 +257,8 @@ def test_example_workflow_uploads_the_sarif_and_posts_the_markdown():
         "--index-url https://download.pytorch.org/whl/cpu"
         in runs.split("pip install graphcheck")[0]
     )
-    assert "--format sarif --output graphcheck.sarif" in runs
-    assert "--format markdown --output graphcheck.md" in runs
+    assert "graphcheck check --locked --format sarif --output graphcheck.sarif" in runs
+    assert "graphcheck check --locked --format markdown --output graphcheck.md" in runs
     (upload,) = [
         s for s in steps if s.get("uses", "").startswith("github/codeql-action/upload-sarif@")
     ]
