@@ -495,6 +495,10 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     hit = cache.load() if cache is not None else None
     if hit is not None:
         return hit
+    # checked after the lookup, as they import the reporters (so torch): a stored report's
+    # options passed them in the same graphcheck (its source hash is in the key)
+    _check_html(args)
+    _check_codes(args)
     with _prints_to_stderr(), _quiet():
         rendered, code = _run(args)
     if cache is not None:
@@ -654,9 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rules":
             sys.stdout.write(_rules(args.code))
             return 0
-        _check_html(args)
         _check_inputs(args)
-        _check_codes(args)
         rendered, code = _cached_run(args)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
