@@ -3,7 +3,8 @@
 Each (model, plan) report is rendered by its own reporter through the seam
 (:func:`graphcheck.report.render`) and the parts are joined:
 
-* ``text``: each check's reports under a heading, the lock's changes, a summary line;
+* ``text``: each check under a heading, a line per proven plan and the whole text report
+  of a failing one, the lock's changes, a summary line;
 * ``json``: the result's ``as_dict()`` (each report's own JSON inside);
 * ``sarif``: one run holding every report's results (each tagged with its check and
   plan in ``properties``) and a result per lock change, located at the model source
@@ -69,6 +70,16 @@ def _summary(result: CheckResult) -> str:
     return f"graphcheck {result.command}: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
 
 
+def _plan_line(plan: str, report: Report) -> str:
+    """A plan in one line (a proven one, or any under ``lock``): ``cuts 3: PASS (1/1 cuts
+    proven)``; a failing plan under ``check`` gets its whole text report instead."""
+    proven = sum(c.verdict == "pass" for c in report.cuts)
+    codes = ", ".join(sorted({d.code for d in report.errors}))
+    return f"  {plan}: {report.verdict.upper()} ({proven}/{len(report.cuts)} cuts proven)" + (
+        f" {codes}\n" if codes else "\n"
+    )
+
+
 def _text(result: CheckResult) -> str:
     out = []
     for run in result.runs:
@@ -76,8 +87,8 @@ def _text(result: CheckResult) -> str:
         if run.error is not None:
             out.append(f"error: {run.error}\n")
         for plan, report in run.reports.items():
-            if result.command == "lock":
-                out.append(f"  {plan}: {report.verdict.upper()} {' '.join(sorted(report.codes))}\n")
+            if result.command == "lock" or report.verdict == "pass":
+                out.append(_plan_line(plan, report))
             else:
                 out.append(f"-- {plan} --\n{render(report, 'text')}")
     if result.diff is not None:
