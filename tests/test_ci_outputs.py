@@ -179,7 +179,12 @@ def test_markdown_shows_the_first_findings_and_counts_the_rest():
 def test_refuses_plan_and_gate_before_any_export(cli, command, fmt):
     plan = ["--stages", "2"] if command == "plan" else ["--cuts", "1"]
     code, out, err = cli(command, "no/such/model.py:f", *plan, "--format", fmt)
-    assert (code, out) == (2, "")
+    assert code == 2
+    if fmt == "sarif":  # the error as a SARIF log whose invocation did not succeed
+        (invocation,) = json.loads(out)["runs"][0]["invocations"]
+        assert invocation["executionSuccessful"] is False
+    else:
+        assert out == ""
     assert err.count("\n") == 1
     assert f"--format {fmt} does not render graphcheck {command}" in err
 
