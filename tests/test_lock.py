@@ -163,6 +163,15 @@ def test_a_missing_or_foreign_lock_is_exit_2_before_any_export(repo, cli):
     assert code == 2 and "not a lock of this graphcheck's format; run graphcheck lock" in err
 
 
+def test_lock_is_left_as_it_was_when_a_check_cannot_run(repo, cli):
+    config = CONFIG.replace("lockable.py:lockable", "lockable.py:no_such_factory")
+    (repo / "pyproject.toml").write_text(config, encoding="utf-8")
+    code, out, _ = cli("lock")
+    assert code == 2 and "error: lockable.py has no callable 'no_such_factory'" in out
+    assert out.splitlines()[-1].endswith("graphcheck.lock left as it was: a check could not run")
+    assert not (repo / "graphcheck.lock").exists()
+
+
 # --- the diff on hand-made locks ------------------------------------------------------------
 
 OPS = [["aten.linear", "bfloat16[1, T, 32]"], ["aten.silu", "bfloat16[1, T, 32]"]]

@@ -165,6 +165,12 @@ WORST = """\
     name = "skip"
     model = "{violations}:skip_connection"
     cuts = [4]
+
+    [[tool.graphcheck.checks]]
+    name = "skip-ignored"
+    model = "{violations}:skip_connection"
+    cuts = [4]
+    ignore = ["GC2"]
 """
 
 
@@ -178,9 +184,15 @@ def test_check_runs_every_model_and_exits_with_the_worst(tmp_path, monkeypatch, 
     data = json.loads(out)
     assert (data["mode"], data["verdict"], data["lock"]) == ("check", "fail", None)
     verdicts = {c["name"]: (c["verdict"], [p["plan"] for p in c["plans"]]) for c in data["checks"]}
-    assert verdicts == {"proven": ("pass", ["cuts 3"]), "skip": ("fail", ["cuts 4"])}
+    assert verdicts == {
+        "proven": ("pass", ["cuts 3"]),
+        "skip": ("fail", ["cuts 4"]),
+        "skip-ignored": ("pass", ["cuts 4"]),  # the check's own ignore, passed to the API
+    }
     skip = data["checks"][1]["plans"][0]["report"]
     assert {d["code"] for d in skip["diagnostics"]} == {"GC201"}
+    ignored = data["checks"][2]["plans"][0]["report"]["ignored"]
+    assert [i["code"] for i in ignored] == ["GC201"]  # listed, not dropped
 
 
 def test_a_model_that_cannot_be_built_is_exit_2_and_the_others_still_run(

@@ -9,6 +9,8 @@ the lock in words (:mod:`graphcheck.project.diff`).
 
 Exit status: the worst of the checks (0 every plan proven, 1 a finding, 2 a check that
 could not run) and, with ``--locked`` but not ``--update``, 1 when the diff fails.
+``lock`` exits 0 when it wrote the lock (failing verdicts are recorded, not failed on) and
+2 when a check could not run (the lock is then left as it was).
 Everything the configuration and the lock can get wrong is a usage error before any
 model is built; a model that cannot be built or exported is exit 2 for its check, the
 others still run.
@@ -69,6 +71,8 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
+        if self.command == "lock":
+            return 0 if self.wrote is not None else 2
         worst = max((run.exit_code for run in self.runs), default=0)
         locked = self.diff.exit_code if self.diff is not None and not self.update else 0
         return max(worst, locked)

@@ -11,7 +11,7 @@ changed, a boundary or a plan that was proven no longer is, a model or plan the 
 does not hold (the lock is stale). The rest informs (exit 0).
 
 >>> describe_ops([["aten.add.Tensor", "bf16[T]"]], [["aten.add.Tensor", "bf16[T]", "alpha=2"]])
-('aten.add.Tensor alpha=- → 2', 0)
+('aten.add.Tensor alpha absent → 2', 0)
 >>> describe_ops([["aten.mm", "bf16[T]"]], [["aten.mm", "bf16[T]"], ["aten.add.Tensor", "bf16[T]"]])
 ('new aten.add.Tensor after aten.mm', 1)
 >>> span([3, 4, 5]), span([5])
@@ -98,7 +98,9 @@ def _replaced(old: list[str], new: list[str]) -> str:
         return f"{old[0]} replaced by {new[0]}"
     a, b = _args(old), _args(new)
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-    return f"{old[0]} " + ", ".join(f"{k} {a.get(k, '-')} → {b.get(k, '-')}" for k in keys)
+    return f"{old[0]} " + ", ".join(
+        f"{k} {a.get(k, 'absent')} → {b.get(k, 'absent')}" for k in keys
+    )
 
 
 def describe_ops(old: list[list[str]], new: list[list[str]]) -> tuple[str, int | None]:

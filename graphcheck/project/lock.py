@@ -14,8 +14,8 @@ Per model (keyed by its check's name):
 * ``findings``: codes of whole-program findings (no cut of their own);
 * ``plans``: per plan ``[name, verdict, [codes]]``;
 * ``sources``: a hash of each file the model's code comes from (the files defining its
-  module classes, the kernels file, the spec's file or config.json): a path relative to
-  the lock for a file beside it, a module name for an installed one;
+  module classes, the kernels file, the spec's file or config.json): its path relative to
+  the lock, a module name for an installed one (transformers' model files);
 
 and once, the ``versions`` of graphcheck, torch and transformers.
 
@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -114,10 +115,11 @@ def _file_hash(path: Path) -> str:
 
 
 def _source_key(path: Path, module: str, folder: Path) -> str:
-    try:
-        return path.relative_to(folder).as_posix()
-    except ValueError:
+    """An installed file by its module name (the same on every machine), any other by its
+    path relative to the lock's folder."""
+    if {"site-packages", "dist-packages"} & set(path.parts):
         return module
+    return Path(os.path.relpath(path, folder)).as_posix()
 
 
 def source_hashes(module: torch.nn.Module, files: list[str], folder: Path) -> dict[str, str]:

@@ -67,6 +67,8 @@ def _summary(result: CheckResult) -> str:
         parts.append(f"lock: {_count(len(result.diff.changes), 'change')}, {failing} failing")
     if result.wrote is not None:
         parts.append(f"wrote {result.wrote.name}")
+    elif result.command == "lock":
+        parts.append("graphcheck.lock left as it was: a check could not run")
     return f"graphcheck {result.command}: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
 
 
@@ -167,7 +169,11 @@ def _markdown(result: CheckResult) -> str:
     parts.append("\n".join(rows))
     if result.diff is not None:
         parts.append(_markdown_lock(result))
-    parts += [render(r, "markdown").strip() for _, _, r in result.reports]
+    for run, plan, report in result.reports:
+        parts += [
+            f"**{_cell(run.check.name)}** · {_cell(plan)}",
+            render(report, "markdown").strip(),
+        ]
     return "\n\n".join(parts) + "\n"
 
 
