@@ -55,6 +55,7 @@ from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import PlanReport, Report
+from graphcheck.reporters import progress
 from graphcheck.rules.gc101_stage_plan_invalid import (
     cuts_from_fqns,
     parse_layout,
@@ -193,7 +194,8 @@ class Explorer:
     ) -> None:
         start = time.perf_counter()
         self.suppression = Suppression.of(select, ignore)  # checked before the model builds
-        self.session = Session(model, allow_fp32=allow_fp32, **options)
+        with progress.phase(progress.Phase.BUILD):
+            self.session = Session(model, allow_fp32=allow_fp32, **options)
         self.hf_spec = isinstance(model, str) and is_hf_spec(model)
         declared = self.session.dtype_plan.declared  # the model's carve-outs (--dtype float32)
         self.allow_fp32 = tuple(dict.fromkeys((*DEFAULT_ALLOW_FP32, *allow_fp32, *declared)))
@@ -210,7 +212,7 @@ class Explorer:
         """The analysed uncut program (exported on first use)."""
         if self._program is None:
             session = self.session
-            with patched(session.module, session.stand_ins):
+            with progress.phase(progress.Phase.EXPORT), patched(session.module, session.stand_ins):
                 exported = export_model(
                     session.module,
                     session.mode,
@@ -218,7 +220,8 @@ class Explorer:
                     batch=session.batch,
                     program_mode=session.program_mode,
                 )
-            self._program = analyse(exported, session.layout)
+            with progress.phase(progress.Phase.ANALYSE):
+                self._program = analyse(exported, session.layout)
         return self._program
 
     def plan(self, cuts: Sequence[int] | None = None, stages: int | None = None) -> StagePlan:
@@ -241,7 +244,8 @@ class Explorer:
         so the gate runs the very placement :meth:`verify` judged)."""
         if plan.cuts not in self._contexts:
             program = self.program
-            cuts = analyse_cuts(program, list(plan.cuts), plan=True)
+            with progress.phase(progress.Phase.CUTS, len(plan.cuts)) as tick:
+                cuts = analyse_cuts(program, list(plan.cuts), plan=True, progress=tick)
             self._contexts[plan.cuts] = Context(
                 program, cuts, plan, self.allow_fp32, hf_spec=self.hf_spec
             )
@@ -268,9 +272,10 @@ class Explorer:
         ctx = self.context(plan)
         if stage_builder is not None:
             widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
-            stages, mismatches = stage_programs(
-                self.session, stage_builder, ctx.program, plan, ctx.stage_of, widths
-            )
+            with progress.phase(progress.Phase.STAGES, plan.num_stages) as tick:
+                stages, mismatches = stage_programs(
+                    self.session, stage_builder, ctx.program, plan, ctx.stage_of, widths, tick
+                )
             ctx = dataclasses.replace(ctx, stages=stages, mismatches=mismatches)
         report = _report(self.session.name, ctx, "verify", start, self.suppression)
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
@@ -290,7 +295,8 @@ class Explorer:
     def boundaries(self) -> list[CutAnalysis]:
         """Every boundary 0..L analysed as the only cut (one sweep, kept)."""
         program = self.program
-        return analyse_cuts(program, list(range(program.num_layers + 1)))
+        with progress.phase(progress.Phase.CUTS, program.num_layers + 1) as tick:
+            return analyse_cuts(program, list(range(program.num_layers + 1)), progress=tick)
 
     def costs(self, doc_length: int = DOC_LENGTH) -> Costs:
         """Per-layer costs read from the export: parameter bytes, FLOPs per token

@@ -75,6 +75,11 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
     _model_options(parser)
     parser.add_argument("--format", choices=_formats(), default="text")
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        help="show the phases and their times on stderr (default: when stderr is a terminal)",
+    )
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
@@ -499,7 +504,9 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     # options passed them in the same graphcheck (its source hash is in the key)
     _check_html(args)
     _check_codes(args)
-    with _prints_to_stderr(), _quiet():
+    from graphcheck.reporters.progress import shown
+
+    with shown(sys.stderr, args.progress), _prints_to_stderr(), _quiet():
         rendered, code = _run(args)
     if cache is not None:
         cache.save(rendered, code)
@@ -673,6 +680,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
         _error_document(argv, str(err), err.detail)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
+        print("graphcheck: interrupted", file=sys.stderr)
+        return 130
     except OSError as err:
         print(f"graphcheck: error: {err}", file=sys.stderr)
         _error_document(argv, str(err))

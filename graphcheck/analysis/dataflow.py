@@ -21,6 +21,7 @@ as an activation (the value the next step reads).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -220,17 +221,25 @@ def _runs_right(program: Program, node, region, k: int) -> bool:
     )
 
 
-def analyse_cuts(program: Program, positions: list[int], plan: bool = False) -> list[CutAnalysis]:
+def analyse_cuts(
+    program: Program,
+    positions: list[int],
+    plan: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[CutAnalysis]:
     """Crossing sets of ``positions``. Alone (``plan=False``, the cut map) each boundary
     is judged as the only cut. As the cuts of one plan (``plan=True``) the glue placement
     is kept consistent: a node an earlier cut runs on its left runs left of every later
-    cut too, so every reported crossing set belongs to one placement of the whole plan."""
+    cut too, so every reported crossing set belongs to one placement of the whole plan.
+    ``progress(done)`` is called after each cut."""
     buckets = live_edges(program)
     found, left = [], set()
     for k in positions:
         cut = analyse_cut(program, k, buckets[k], frozenset(left) if plan else frozenset())
         left |= cut.left
         found.append(cut)
+        if progress is not None:
+            progress(len(found))
     return found
 
 

@@ -23,6 +23,7 @@ from graphcheck.gate.messages import one_line
 from graphcheck.gate.report import TrainCheck, TrainStatus
 from graphcheck.gate.runner import Recipe, pack, run_stage, unpack
 from graphcheck.gate.weights import model_logits
+from graphcheck.reporters import progress
 from graphcheck.stages.fresh import run_fresh
 
 __all__ = ["StageChain", "StagePass", "in_fresh_process"]
@@ -62,10 +63,15 @@ class StageChain:
         """Stage 0 to the last, each receiving only the previous stage's bf16 output;
         with ``train`` the last stage also takes its backward and SGD step."""
         run = StagePass(wires=[None])
+        with progress.phase(progress.Phase.STAGES, self.last + 1) as tick:
+            return self._forward(run, checkpoints, train, tick)
+
+    def _forward(self, run: StagePass, checkpoints: list[str], train: bool, tick) -> StagePass:
         for index in range(self.last + 1):
             grad = "loss" if train and index == self.last else None
             job = self._job(index, checkpoints[index], run.wires[-1], grad)
             result = in_fresh_process(run_stage, self.recipe, self.batch, job)
+            tick(index + 1)
             if "raised" in result:
                 run.blocked = Blocked(index, "", "", None, result["raised"])
                 return run

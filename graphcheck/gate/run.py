@@ -114,6 +114,7 @@ from graphcheck.gate.weights import (
 from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.hf import is_hf_spec
+from graphcheck.reporters import progress
 from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
 from graphcheck.stages.builders import StageBuilder
 
@@ -415,7 +416,8 @@ class _Clock:
     def __call__(self, phase: str):
         begin = time.perf_counter()
         try:
-            yield
+            with progress.phase(f"{progress.Phase.GATE} {phase}"):
+                yield
         finally:
             self.phases[phase] = time.perf_counter() - begin
 

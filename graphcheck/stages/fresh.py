@@ -15,18 +15,26 @@ is raised again in the caller with its type and message.
 :func:`run_fresh_many` runs several such calls side by side (one fresh child
 each, at most one per CPU) and returns their results in order.
 
+Ctrl-C is the parent's to handle: the fork server and its children ignore SIGINT
+(a terminal sends it to every process of the job), the parent holds it back while
+it starts children (one half started when the parent exits fails with a traceback
+of its own) and stops the children it waits for, so an interrupted run prints no
+traceback from a child.
+
 >>> run_fresh(pow, 2, 10)
 1024
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -34,7 +42,8 @@ from graphcheck.errors import GraphcheckError
 
 __all__ = ["FreshProcessError", "run_fresh", "run_fresh_many", "start"]
 
-_PRELOAD = ["torch", "graphcheck.api"]
+# This module first: it makes the fork server ignore Ctrl-C before the long imports.
+_PRELOAD = ["graphcheck.stages.fresh", "torch", "graphcheck.api"]
 _context = None
 
 
@@ -96,33 +105,88 @@ def start() -> None:
     threading.Thread(target=multiprocessing.forkserver.ensure_running, daemon=True).start()
 
 
+def _leave_interrupt_to_parent() -> None:
+    """Ignore SIGINT here: the parent handles Ctrl-C and stops this process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """Fresh children, one call each; on Ctrl-C in the parent they are stopped rather
+    than waited for (they ignore SIGINT themselves)."""
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=_fork_server(),
+        max_tasks_per_child=1,
+        initializer=_leave_interrupt_to_parent,
+    )
+    try:
+        yield pool
+    except KeyboardInterrupt:
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _starting() -> Iterator[None]:
+    """Ctrl-C held back while children start, raised once they have (on the main
+    thread, the only one that handles signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if pressed and callable(previous):
+        previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
+
+
 def run_fresh(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` in a fresh child of the fork server; its result."""
-    with ProcessPoolExecutor(1, mp_context=_fork_server(), max_tasks_per_child=1) as pool:
+    with _pool(1) as pool:
         try:
-            return pool.submit(fn, *args, **kwargs).result()
+            with _starting():
+                future = pool.submit(fn, *args, **kwargs)
+            return future.result()
         except BrokenProcessPool as err:
             name = getattr(fn, "__qualname__", repr(fn))
             raise FreshProcessError(f"the process running {name} died: {err}") from None
 
 
-def run_fresh_many(fn: Callable, calls: Sequence[tuple], workers: int | None = None) -> list:
+def run_fresh_many(
+    fn: Callable,
+    calls: Sequence[tuple],
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list:
     """``[fn(*args) for args in calls]``, each call in its own fresh child, up to
     ``workers`` (default: the CPU count) at a time. The first call to fail (in the
-    order of ``calls``) raises; the calls not yet started are cancelled."""
+    order of ``calls``) raises; the calls not yet started are cancelled.
+    ``progress(done)`` is called as results come back, in order."""
     if not calls:
         return []
     workers = max(1, min(len(calls), workers or os.cpu_count() or 1))
-    pool = ProcessPoolExecutor(workers, mp_context=_fork_server(), max_tasks_per_child=1)
-    try:
-        futures = [pool.submit(fn, *args) for args in calls]
-        return [future.result() for future in futures]
-    except BrokenProcessPool as err:
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise FreshProcessError(f"a process running {name} died: {err}") from None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    with _pool(workers) as pool:
+        try:
+            with _starting():
+                futures = [pool.submit(fn, *args) for args in calls]
+            results = []
+            for future in futures:
+                results.append(future.result())
+                if progress is not None:
+                    progress(len(results))
+            return results
+        except BrokenProcessPool as err:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise FreshProcessError(f"a process running {name} died: {err}") from None
 
 
 if _in_fork_server():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's (see above)
     _warm_up()

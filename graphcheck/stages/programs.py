@@ -36,10 +36,11 @@ def stage_programs(
     plan: StagePlan,
     stage_of: Callable[[torch.fx.Node], int | None],
     widths: list[int],
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[list[StageProgram], list[Mismatch]]:
     """Build, export and compare every stage of ``plan``. ``widths[k]`` is the width of
     the residual stage ``k`` takes (0 for the first); ``stage_of`` places the uncut
-    program's nodes."""
+    program's nodes; ``progress(done)`` is called as stages are built."""
     bounds = (0, *plan.cuts, plan.num_layers)
     spans = [list(range(lo, hi)) for lo, hi in itertools.pairwise(bounds)]
     name = builder if isinstance(builder, str) else None
@@ -47,9 +48,9 @@ def stage_programs(
         resolve_builder(name, session.layout)  # the one-line error for an unknown name
     with _builtin_hint(name):
         if name is not None and session.spec is not None:
-            stages = _fresh_stages(session, name, spans, widths)
+            stages = _fresh_stages(session, name, spans, widths, progress)
         else:
-            stages = _local_stages(session, builder, name, spans, widths)
+            stages = _local_stages(session, builder, name, spans, widths, progress)
     mismatches = []
     for stage in stages:
         last = stage.index == plan.num_stages - 1
@@ -59,7 +60,9 @@ def stage_programs(
     return stages, mismatches
 
 
-def _fresh_stages(session: Session, builder: str, spans: list[list[int]], widths: list[int]):
+def _fresh_stages(
+    session: Session, builder: str, spans: list[list[int]], widths: list[int], progress=None
+):
     """Each stage built and exported in its own fresh process."""
     kernels = str(Path(session.kernels).resolve()) if session.kernels else None
     requests = [
@@ -80,10 +83,10 @@ def _fresh_stages(session: Session, builder: str, spans: list[list[int]], widths
         )
         for index, layers in enumerate(spans)
     ]
-    return run_fresh_many(build_stage_fresh, [(r,) for r in requests])
+    return run_fresh_many(build_stage_fresh, [(r,) for r in requests], progress=progress)
 
 
-def _local_stages(session: Session, builder, name: str | None, spans, widths):
+def _local_stages(session: Session, builder, name: str | None, spans, widths, progress=None):
     """Each stage built in this process, after the uncut model (not isolated)."""
     if isinstance(builder, str):
         builder = resolve_builder(builder, session.layout)
@@ -106,6 +109,8 @@ def _local_stages(session: Session, builder, name: str | None, spans, widths):
                     session.program_mode,
                 )
             )
+        if progress is not None:
+            progress(len(stages))
     return stages
 
 
