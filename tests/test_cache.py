@@ -219,25 +219,28 @@ def test_a_damaged_entry_is_never_served(tmp_path, capsys, how):
     assert notes == [] if how == "stale" else len(notes) == 1 and "ignoring cache" in notes[0]
 
 
-def test_no_cache_never_reads_or_writes(cli, exports, model, tmp_path, monkeypatch):
+@pytest.mark.parametrize("off", ["--no-cache", "GRAPHCHECK_NO_CACHE=1"])
+def test_no_cache_never_reads_or_writes(cli, exports, model, tmp_path, monkeypatch, off):
+    """A stored report planted under the run's key is neither printed nor rewritten, and
+    no other entry is written."""
     spec, _ = model
-    monkeypatch.delenv("GRAPHCHECK_NO_CACHE")
-    monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(tmp_path / "env"))
-    cli("verify", spec, "--cuts", "1")  # written through the variable
-    (entry,) = _entries(tmp_path / "env")
+    folder = tmp_path / "env"
+    argv = ("verify", spec, "--cuts", "1")
+    planted = ResultCache.of(
+        vars(build_parser().parse_args(argv)), cache_dir=str(folder), environ={}
+    )
+    assert planted is not None and planted.save("the planted report\n", 0)
+    (entry,) = _entries(folder)
     before = entry.read_bytes(), entry.stat().st_mtime_ns
-    code, _, err = cli("verify", spec, "--cuts", "1", "--no-cache")
-    assert code == 0 and len(exports) == 2 and "cache" not in err
-    assert _entries(tmp_path / "env") == [entry]
+    monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(folder))  # on, but for the switch
+    if off == "--no-cache":
+        monkeypatch.delenv("GRAPHCHECK_NO_CACHE")  # else it stays 1, as in every test
+    code, out, err = cli(*argv, *([off] if off == "--no-cache" else []))
+    assert code == 0 and "verdict: PASS" in out and len(exports) == 1 and err == ""
+    assert _entries(folder) == [entry]
     assert (entry.read_bytes(), entry.stat().st_mtime_ns) == before
-
-
-def test_the_no_cache_variable_turns_it_off(cli, exports, model, tmp_path, monkeypatch):
-    spec, _ = model
-    monkeypatch.setenv("GRAPHCHECK_NO_CACHE", "1")
-    monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(tmp_path / "env"))
-    code, _, err = cli("verify", spec, "--cuts", "1")
-    assert code == 0 and len(exports) == 1 and err == "" and not (tmp_path / "env").exists()
+    monkeypatch.delenv("GRAPHCHECK_NO_CACHE", raising=False)
+    assert cli(*argv)[1] == "the planted report\n"  # the entry was live: a hit without off
 
 
 def test_a_cache_dir_without_its_parent_is_exit_2_before_export(cli, exports, tmp_path):
