@@ -77,10 +77,15 @@ def _key(*argv: str, folder: Path) -> str:
     return cache.key
 
 
-@pytest.mark.parametrize("fmt", ["text", "json"])
-def test_warm_run_prints_the_cold_report_without_exporting(cli, exports, model, tmp_path, fmt):
+@pytest.mark.parametrize(
+    ("command", "fmt"), [("verify", "text"), ("verify", "json"), ("map", "text")]
+)
+def test_warm_run_prints_the_cold_report_without_exporting(
+    cli, exports, model, tmp_path, command, fmt
+):
     spec, _ = model
-    argv = ("verify", spec, "--cuts", "1", "--format", fmt, "--cache-dir", tmp_path / "c")
+    plan = ("--cuts", "1") if command == "verify" else ()
+    argv = (command, spec, *plan, "--format", fmt, "--cache-dir", tmp_path / "c")
     cold = cli(*argv)
     assert len(exports) == 1 and cold[0] == 0 and len(_entries(tmp_path / "c")) == 1
     warm = cli(*argv)
@@ -89,6 +94,8 @@ def test_warm_run_prints_the_cold_report_without_exporting(cli, exports, model, 
     assert "report from the cache" in warm[2] and len(warm[2].splitlines()) == 1
     if fmt == "json":
         assert json.loads(warm[1])["verdict"] == "pass"
+    if command == "map":
+        assert "legal cuts: 0, 1, 2" in warm[1]
 
 
 def test_an_edit_of_a_model_file_runs_afresh(cli, exports, model, tmp_path):
@@ -368,3 +375,18 @@ def test_a_hit_imports_neither_torch_nor_the_api(cli, exports, model, tmp_path):
     assert (warm.returncode, warm.stdout) == cold[:2]
     assert "report from the cache" in warm.stderr
     assert warm.stderr.splitlines()[-1] == "heavy: [] False"
+
+
+def test_a_run_during_which_a_file_changed_is_not_stored(model, tmp_path):
+    """Its report may describe the file before the edit."""
+    import os
+    import time
+
+    spec, _ = model
+    options = vars(build_parser().parse_args(["verify", spec, "--cuts", "1"]))
+    cache = ResultCache.of(options, cache_dir=str(tmp_path / "c"), environ={})
+    assert cache is not None
+    later = time.time() + 60
+    os.utime(spec.rpartition(":")[0], (later, later))  # edited while the model exported
+    assert not cache.save("the report\n", 0) and _entries(tmp_path / "c") == []
+    assert not cache.save("graphcheck: error\n", 2)  # and an error never is

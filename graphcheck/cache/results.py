@@ -27,7 +27,8 @@ from graphcheck.cache.store import Store, note, resolve_folder
 __all__ = ["COMMANDS", "ResultCache", "cacheable"]
 
 COMMANDS = ("verify", "map", "plan")  # the commands whose results are cached
-_OFF_KEY = ("no_cache", "cache_dir")  # options that steer the cache, not the result
+# options that steer the cache or what goes to stderr, not the report or the exit status
+_OFF_KEY = ("no_cache", "cache_dir", "progress")
 
 
 def cacheable(options: Mapping[str, object]) -> bool:
