@@ -161,6 +161,14 @@ def test_a_missing_or_foreign_lock_is_exit_2_before_any_export(repo, cli):
     (repo / "graphcheck.lock").write_text('{"lock": 0}', encoding="utf-8")
     code, _, err = cli("check", "--locked")
     assert code == 2 and "not a lock of this graphcheck's format; run graphcheck lock" in err
+    damaged = _lock(_entry(["a"], {"a": OPS}))
+    del damaged["models"]["m"]["boundaries"]
+    (repo / "graphcheck.lock").write_text(dumps(damaged), encoding="utf-8")
+    code, _, err = cli("check", "--locked")
+    assert code == 2 and "m.boundaries is missing or malformed; run graphcheck lock" in err
+    (repo / "graphcheck.lock").write_text("{", encoding="utf-8")
+    code, _, err = cli("check", "--locked")
+    assert code == 2 and "not a graphcheck lock" in err and err.count("\n") == 1
 
 
 def test_lock_is_left_as_it_was_when_a_check_cannot_run(repo, cli):

@@ -211,4 +211,20 @@ def read_lock(path: Path) -> dict:
         raise UsageError(f"{path}: not a graphcheck lock ({err}); run graphcheck lock") from None
     if not isinstance(data, dict) or data.get("lock") != FORMAT or "models" not in data:
         raise UsageError(f"{path}: not a lock of this graphcheck's format; run graphcheck lock")
+    models = data["models"]
+    broken = [
+        f"{name}.{key}"
+        for name, entry in (models.items() if isinstance(models, dict) else [("models", {})])
+        for key, kind in _SHAPE.items()
+        if not isinstance(entry, dict) or not isinstance(entry.get(key), kind)
+    ]
+    if broken or not isinstance(data.get("versions"), dict):
+        what = broken[0] if broken else "versions"
+        raise UsageError(f"{path}: {what} is missing or malformed; run graphcheck lock")
     return data
+
+
+_SHAPE = {
+    "layers": list, "programs": dict, "boundaries": list, "findings": list, "plans": list,
+    "sources": dict,
+}  # fmt: skip
