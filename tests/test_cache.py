@@ -390,3 +390,12 @@ def test_a_run_during_which_a_file_changed_is_not_stored(model, tmp_path):
     os.utime(spec.rpartition(":")[0], (later, later))  # edited while the model exported
     assert not cache.save("the report\n", 0) and _entries(tmp_path / "c") == []
     assert not cache.save("graphcheck: error\n", 2)  # and an error never is
+
+
+def test_an_option_too_long_to_be_a_path_is_still_keyed(tmp_path):
+    """A JSON option is no file name (the OS refuses one this long): keyed as text."""
+    spec = f"{FIXTURES / 'reference.py'}:reference"
+    fqns = json.dumps([[f"model.layers.{i}" for i in range(k, k + 200)] for k in (0, 200)])
+    assert len(fqns) > 4096
+    keys = {_key("verify", spec, "--fqns-per-stage", f, folder=tmp_path) for f in (fqns, "[]")}
+    assert len(keys) == 2

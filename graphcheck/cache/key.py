@@ -102,20 +102,34 @@ def _candidates(value: str) -> Iterable[str]:
     yield value.rpartition(":")[0]
 
 
+def _named(text: str) -> Path | None:
+    """The file ``text`` names (a folder: its ``config.json``), if it exists; a value that
+    cannot be a path (too long, a NUL byte: a JSON option) names none."""
+    try:
+        path = Path(text)
+        if text and path.is_dir():
+            path = path / "config.json"
+        return path.resolve() if text and path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def named_files(options: Mapping[str, object]) -> dict[str, str | None]:
     """The content hash of every existing file an option's value names (a folder holding
-    a ``config.json`` names that file), by absolute path."""
+    a ``config.json`` names that file), by absolute path.
+
+    >>> named_files({"boundary_state": '{"rank": 4}' * 1000, "cuts": None})
+    {}
+    """
     found: dict[str, str | None] = {}
     for name, value in options.items():
         if name in _NOT_FILES:
             continue
         for item in value if isinstance(value, list | tuple) else [value]:
             for text in _candidates(item) if isinstance(item, str) else ():
-                path = Path(text)
-                if text and path.is_dir():
-                    path = path / "config.json"
-                if text and path.is_file():
-                    found[str(path.resolve())] = file_digest(path)
+                path = _named(text)
+                if path is not None:
+                    found[str(path)] = file_digest(path)
     return found
 
 
