@@ -53,6 +53,7 @@ class CutReport:
             "verdict": self.verdict,
             "crossing": [c.as_dict() for c in self.crossing],
             "state": self.state,
+            "ignored": self.ignored,
         }
 
 

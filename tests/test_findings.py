@@ -185,6 +185,7 @@ def test_map_and_plan_treat_a_boundary_illegal_only_by_an_ignored_code_as_legal(
     cut_map = explorer.map()
     assert cut_map.legal_cuts() == [0, 1, 2, 3, 4] and cut_map.exit_code == 0
     assert "(GC201 ignored)" in render(cut_map, "text")
+    assert [c["ignored"] for c in cut_map.as_dict()["cuts"]] == [[], *[["GC201"]] * 3, []]
     plan = explorer.balanced(2)
     assert plan.exit_code == 0 and plan.plan.cuts[0] in (1, 2, 3)
     assert plan.legal_by_ignore == [{"position": k, "codes": ["GC201"]} for k in (1, 2, 3)]
