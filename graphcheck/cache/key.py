@@ -166,8 +166,8 @@ def _followed(name: str, path: str, packages: tuple[str, ...]) -> bool:
 
 
 def dependencies(spec: str | None = None) -> dict[str, str | None]:
-    """Every imported Python file the run may have read model code from, with its content
-    hash: outside the libraries and graphcheck, the spec's own package (``pkg.mod:f``),
+    """The file of every imported module the run may have read model code from, with its
+    content hash: outside the libraries and graphcheck, the spec's own package (``pkg.mod:f``),
     and for an ``hf:`` spec transformers' model files (``transformers.models``)."""
     packages: tuple[str, ...] = ()
     if spec is not None and spec.startswith("hf:"):
@@ -177,7 +177,7 @@ def dependencies(spec: str | None = None) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if isinstance(file, str) and file.endswith(".py"):
+        if isinstance(file, str) and file:  # a .py, or an extension module beside it
             path = os.path.realpath(file)
             if _followed(name, path, packages):
                 found[path] = file_digest(path)
