@@ -82,7 +82,10 @@ def test_lock_then_a_window_edit_an_fp32_skip_and_a_comment(repo, cli):
         "window 9 · dense",
         "full attention · dense",
     ]
-    assert len(model["programs"]) == 2  # five identical layers, their program stored once
+    layer_programs = {fp for _, fp, _ in model["layers"]}
+    assert len(layer_programs) == 2  # five identical layers, their program stored once
+    assert [edge for edge, _ in model["edges"]] == ["input", "glue", "output"]
+    assert set(model["programs"]) == layer_programs | {fp for _, fp in model["edges"]}
     assert [b[1] for b in model["boundaries"]] == ["pass"] * 7
     assert model["plans"] == [["cuts 3", "pass", []]]
     assert set(data["versions"]) == {"graphcheck", "torch", "transformers"}
@@ -118,6 +121,11 @@ def test_lock_then_a_window_edit_an_fp32_skip_and_a_comment(repo, cli):
         "lockable: plan cuts 3: proven → fails (GC201)"
     ]
     assert not [r for r in run["results"] if r["ruleId"] == "lock/layer"]
+    (glue,) = [r for r in run["results"] if r["ruleId"] == "lock/edge"]
+    assert glue["message"]["text"].startswith("lockable: model-level code: new ")
+    region = glue["locations"][0]["physicalLocation"]["region"]
+    lines = (repo / "lockable.py").read_text(encoding="utf-8").splitlines()
+    assert "skip" in lines[region["startLine"] - 1]  # a line the edit added
     assert {r["ruleId"] for r in run["results"]} >= {"GC201"}
 
     # a comment: re-exported (the source hash moved), no program changed
@@ -192,6 +200,7 @@ def _entry(fingerprints: list[str], programs: dict, boundaries=None, plans=None)
     return {
         "model": "m.py:f",
         "layers": layers,
+        "edges": [],
         "programs": programs,
         "boundaries": boundaries or default,
         "findings": [],

@@ -7,7 +7,8 @@ boundaries whose verdict changed (both ways), the plans whose verdict changed; a
 change of library versions or of source files alone is said as such.
 
 A :class:`Change` that ``fails`` makes ``check --locked`` exit 1: a layer program
-changed, a boundary or a plan that was proven no longer is, a model or plan the lock
+changed (or the program of the input modules, the output modules or the model-level code
+between them), a boundary or a plan that was proven no longer is, a model or plan the lock
 does not hold (the lock is stale). The rest informs (exit 0).
 
 >>> describe_ops([["aten.add.Tensor", "bf16[T]"]], [["aten.add.Tensor", "bf16[T]", "alpha=2"]])
@@ -36,6 +37,7 @@ class ChangeKind(StrEnum):
     VERSIONS = "versions"
     SOURCES = "sources"
     LAYER = "layer"
+    EDGE = "edge"  # the input modules, the model-level code, the output modules
     BOUNDARY = "boundary"
     FINDINGS = "findings"
     PLAN = "plan"
@@ -84,8 +86,12 @@ def span(layers: list[int]) -> str:
     return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
 
 
-def _short(op: list[str]) -> str:
-    return op[0]
+def _names(ops: list[list[str]]) -> str:
+    """The op names of ``ops``, each once with its count: ``aten.to.dtype ×2, aten.add``."""
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op[0]] = counts.get(op[0], 0) + 1
+    return ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in counts.items())
 
 
 def _args(op: list[str]) -> dict[str, str]:
@@ -117,12 +123,12 @@ def describe_ops(old: list[list[str]], new: list[list[str]]) -> tuple[str, int |
                 _replaced(old[i], new[j]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
             ]
         elif tag == "delete":
-            words.append(f"{', '.join(_short(op) for op in old[i1:i2])} removed" + _near(b, j1))
+            words.append(f"{_names(old[i1:i2])} removed" + _near(b, j1))
         else:
             if tag == "replace":
-                words.append(f"{', '.join(_short(op) for op in old[i1:i2])} removed")
+                words.append(f"{_names(old[i1:i2])} removed")
             after = f" after {new[j1 - 1][0]}" if j1 else " at the start"
-            words.append(f"new {', '.join(_short(op) for op in new[j1:j2])}{after}")
+            words.append(f"new {_names(new[j1:j2])}{after}")
         if where is None:
             where = j1 if j1 < len(new) else (j1 - 1 if j1 else None)
     if not words:
@@ -154,6 +160,25 @@ def _layer_changes(name: str, old: dict, state: ModelState) -> list[Change]:
         Change(ChangeKind.LAYER, name, f"{span(layers)}: {words}", True, where)
         for layers, words, where in _grouped(found)
     ]
+
+
+_EDGE_NAMES = {"input": "input modules", "glue": "model-level code", "output": "output modules"}
+
+
+def _edge_changes(name: str, old: dict, state: ModelState) -> list[Change]:
+    """The input modules, the model-level code and the output modules, as layers are."""
+    locked = dict(old.get("edges", []))
+    changes = []
+    for edge, fingerprint in state.entry["edges"]:
+        if locked.get(edge) == fingerprint:
+            continue
+        before = old["programs"].get(locked.get(edge), [])
+        words, at = describe_ops(before, state.entry["programs"][fingerprint])
+        records = state.records.get(edge, [])
+        where = source_line(records[at]) if at is not None and at < len(records) else None
+        message = f"{_EDGE_NAMES.get(edge, edge)}: {words}"
+        changes.append(Change(ChangeKind.EDGE, name, message, True, where))
+    return changes
 
 
 def _grouped(found: list[tuple[int, str, str | None]]):
@@ -225,7 +250,7 @@ def _source_changes(name: str, old: dict, new: dict, programs_changed: bool) -> 
 
 def _model_changes(name: str, old: dict, state: ModelState) -> list[Change]:
     new = state.entry
-    changes = _layer_changes(name, old, state)
+    changes = _layer_changes(name, old, state) + _edge_changes(name, old, state)
     changes += _boundary_changes(name, old, new)
     changes += _findings_changes(name, old, new)
     changes += _plan_changes(name, old, new)

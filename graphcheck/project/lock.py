@@ -6,7 +6,10 @@ Per model (keyed by its check's name):
   layer's labelled program (:mod:`graphcheck.stages.fingerprint`: the parts stage
   equivalence compares, its Weisfeiler-Lehman hash and its op list), the kind is the
   cut explorer's label (:mod:`graphcheck.reporters.view.kinds`);
-* ``programs``: each distinct layer program once, keyed by fingerprint: its ops in
+* ``edges``: ``[part, fingerprint]`` of the parts outside the layers, the same way: the
+  ``input`` modules (embedding), the model-level code between modules (``glue``: the
+  prelude, the loop's own ops) and the ``output`` modules (final norm, head);
+* ``programs``: each distinct layer or edge program once, keyed by fingerprint: its ops in
   graph order, each ``[op, result, "arg=value", ...]`` (the non-tensor arguments), so a
   later run can say in words what changed; 126 identical layers cost one entry;
 * ``boundaries``: per boundary 0..L ``[position, verdict, [codes], [crossing]]``, the
@@ -60,6 +63,7 @@ from graphcheck.reporters.view.kinds import layer_kinds
 from graphcheck.stages.fingerprint import NodeRecord, Provenance, part_of
 
 __all__ = [
+    "EDGES",
     "FORMAT",
     "ModelState",
     "compact_op",
@@ -72,6 +76,7 @@ __all__ = [
 ]
 
 FORMAT = 1  # the lock's "lock" field: bumped when its layout changes
+EDGES = (RegionKind.INPUT, RegionKind.GLUE, RegionKind.OUTPUT)  # the parts outside the layers
 _TORCH_DIR = Path(torch.__file__).resolve().parent
 
 
@@ -81,7 +86,7 @@ class ModelState:
     traces locate a change; the lock keeps no line numbers, so a comment moves nothing)."""
 
     entry: dict
-    records: dict[int, list[NodeRecord]] = field(default_factory=dict)
+    records: dict[int | str, list[NodeRecord]] = field(default_factory=dict)  # layer or edge
 
 
 def versions() -> dict[str, str]:
@@ -145,23 +150,33 @@ def _spec_files(spec: str, options: dict) -> list[str]:
     return files + ([options["kernels"]] if options.get("kernels") else [])
 
 
+def _part(program, region: Region, provenance: Provenance, programs: dict) -> tuple[str, list]:
+    """The fingerprint of ``region``'s part (its ops stored in ``programs``) and its records."""
+    part = part_of(program, region, provenance)
+    ops = [compact_op(r.op, r.value, r.args) for r in part.ops]
+    fingerprint = _fingerprint(part.hash, ops)
+    programs[fingerprint] = ops
+    return fingerprint, part.ops
+
+
 def model_state(explorer, spec: str, options: dict, plans: dict[str, Report], folder: Path):
-    """The lock entry of one model: its layers and their programs, its boundaries (the
-    map, from ``explorer``'s export), its ``plans`` (name -> verify report) and sources."""
+    """The lock entry of one model: its layers, its edges (input modules, model-level code,
+    output modules) and their programs, its boundaries (the map, from ``explorer``'s
+    export), its ``plans`` (name -> verify report) and sources."""
     program = explorer.program
     provenance = Provenance(program)
     cut_map = explorer.map()
-    layers, programs, records = [], {}, {}
+    layers, edges, programs, records = [], [], {}, {}
     for i, kind in enumerate(layer_kinds(program)):
-        part = part_of(program, Region(RegionKind.LAYER, i), provenance)
-        ops = [compact_op(r.op, r.value, r.args) for r in part.ops]
-        fingerprint = _fingerprint(part.hash, ops)
-        programs[fingerprint] = ops
-        records[i] = part.ops
+        fingerprint, records[i] = _part(program, Region(RegionKind.LAYER, i), provenance, programs)
         layers.append([i, fingerprint, kind.label])
+    for edge in EDGES:
+        fingerprint, records[edge] = _part(program, Region(edge), provenance, programs)
+        edges.append([str(edge), fingerprint])
     entry = {
         "model": spec,
         "layers": layers,
+        "edges": edges,
         "programs": programs,
         "boundaries": [
             [c.position, c.verdict, sorted(set(c.codes)), _crossing(c.crossing)]
@@ -225,6 +240,6 @@ def read_lock(path: Path) -> dict:
 
 
 _SHAPE = {
-    "layers": list, "programs": dict, "boundaries": list, "findings": list, "plans": list,
-    "sources": dict,
+    "layers": list, "edges": list, "programs": dict, "boundaries": list, "findings": list,
+    "plans": list, "sources": dict,
 }  # fmt: skip
