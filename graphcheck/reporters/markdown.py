@@ -111,7 +111,7 @@ def _item(g: Group, fix: bool) -> str:
     head = f"- **{d.code}** {d.name}{label}" + (f" · {where}" if where else "") + more
     lines = [head, f"  {' '.join(d.message.split())}"]
     if d.source:
-        lines.append(f"  at {_code(str(d.source))}")
+        lines.append(f"  at {_code(d.source)}")
     hint = _fix(d.code) if fix else None
     if hint:
         lines.append(f"  *Fix:* {hint}")

@@ -85,14 +85,6 @@ def _crossing_rows(crossing: list[Crossing]) -> list[str]:
     return _table(rows)
 
 
-def _source_text(d: Diagnostic) -> str | None:
-    """The model's source line, ``file.py:57: code`` (a mapping of file, line, text too)."""
-    source = d.source
-    if isinstance(source, dict):
-        return f"{source.get('file')}:{source.get('line')}: {source.get('text') or ''}".rstrip()
-    return str(source) if source else None
-
-
 def _group_lines(g: Group) -> list[str]:
     """A finding, or a repeated one once with the layers or cuts it covers."""
     d, count = g.first, len(g.members)
@@ -104,8 +96,8 @@ def _group_lines(g: Group) -> list[str]:
     if d.node or d.module:
         first = f" (the first of {count})" if count > 1 else ""
         lines.append(f"    at {d.node or '-'} in {d.module or '-'}{first}")
-    if _source_text(d):
-        lines.append(f"    {_source_text(d)}")
+    if d.source:
+        lines.append(f"    {d.source}")
     return lines
 
 
@@ -185,8 +177,8 @@ def _first_findings(report: Report) -> list[str]:
     for g in group(firsts):
         where = f"cut{'s' if len(g.members) > 1 else ''} {spans(g.covers('cut'))}"
         lines.append(f"  {where}: {g.first.code} {g.first.message}")
-        if _source_text(g.first):
-            lines.append(f"      {_source_text(g.first)}")
+        if g.first.source:
+            lines.append(f"      {g.first.source}")
     return ["", "first finding at each illegal boundary:", *lines] if lines else []
 
 

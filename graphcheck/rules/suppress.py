@@ -52,7 +52,6 @@ __all__ = [
 
 _COMMENT = re.compile(r"#\s*graphcheck:\s*ignore(?:\[([^\]]*)\])?(?![\w\[])")
 _FRAME_FILE = re.compile(r'File "([^"]+)", line \d+')
-_SOURCE = re.compile(r"^(.+?):(\d+)(?::|$)")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -228,20 +227,18 @@ class Suppression:
             else:
                 comment = f"{_shown(at[0])}:{at[1]}" if by is IgnoredBy.COMMENT else None
                 outcome.ignored.append(Ignored(d, by, comment))
-        outcome.unused = [u for u in _comments(files) if _key(u[0]) not in used]
-        outcome.unused = [UnusedIgnore(f"{_shown(p)}:{n}", c) for (p, n), c in outcome.unused]
+        outcome.unused = [
+            UnusedIgnore(f"{_shown(path)}:{line}", codes)
+            for (path, line), codes in _comments(files)
+            if (path, line) not in used
+        ]
         return outcome
 
 
 def _location(d: Diagnostic) -> tuple[str, int] | None:
     """The file and line a finding points at (its ``source``), when the file exists."""
-    source = d.source
-    if isinstance(source, dict):
-        path, line = source.get("file"), source.get("line")
-    else:
-        match = _SOURCE.match(str(getattr(source, "file", source) or ""))
-        path, line = (match.group(1), match.group(2)) if match else (None, None)
-        line = getattr(source, "line", line)
+    where = d.source_location() or {}
+    path, line = where.get("file"), where.get("line")
     if not path or line is None or not os.path.isfile(path):
         return None
     return path, int(line)
