@@ -32,7 +32,9 @@ import sys
 sys.path.insert(0, {fixtures!r})
 from dataclasses import replace
 from reference import Config, reference
-from violations import NO_WINDOW, SdpaAttention, SdpaLayer, SkipDecoder, _decoder, _lm
+from violations import (
+    NO_WINDOW, SdpaAttention, SdpaLayer, SkipDecoder, StaleDecoder, _decoder, _lm,
+)
 
 
 class LeakyAttention(SdpaAttention):
@@ -56,6 +58,10 @@ def tied():
 
 def skip():
     return _lm(SkipDecoder, Config(num_hidden_layers=4))
+
+
+def stale():
+    return _lm(StaleDecoder, Config(num_hidden_layers=2))
 
 
 def raises():
@@ -178,6 +184,19 @@ def test_map_lists_each_illegal_boundarys_first_finding(cli, models):
     assert re.search(rf"made at \S*reference\.py:{made}, read across the cut by \w+ in ", block)
     assert re.search(rf"at \S*reference\.py:{read}: h = self\.run_layers", block)
     assert out.rstrip().endswith("legal cuts: 0, 4")
+
+
+def test_not_layer_output_says_where_the_stale_value_is_made_and_read(models):
+    (found,) = verify(f"{models}:stale", cuts=[1]).diagnostics
+    reference = FIXTURES / "reference.py"
+    made = _line(reference, "x = self.embed_tokens(input_ids)")
+    read = _line(reference, "h = self.input_layernorm(x)")
+    assert found.code == "GC204"
+    assert re.search(
+        rf"made at \S*reference\.py:{made}, read across the cut by \w+ in "
+        rf"model\.layers\.1\.input_layernorm at \S*reference\.py:{read}: ",
+        found.message,
+    )
 
 
 def test_map_and_plan_treat_a_boundary_illegal_only_by_an_ignored_code_as_legal(models):
