@@ -268,3 +268,35 @@ def test_the_lock_is_one_fact_per_line_and_reads_back():
     assert ops in text
     assert '        [0, "a", "dense"],\n        [1, "a", "dense"]\n' in text
     assert dumps(_lock(entry)) == text
+
+
+def test_lock_changes_in_markdown_and_json():
+    from pathlib import Path
+
+    from markdown_it import MarkdownIt
+
+    from graphcheck.project.check import CheckResult
+    from graphcheck.project.output import render_check
+
+    old = _entry(["a"] * 48, {"a": OPS})
+    new = _entry(["a"] * 12 + ["b"] * 36, {"a": OPS, "b": ADDED})
+    result = CheckResult(
+        Path("pyproject.toml"), [], diff_lock(_lock(old), VERSIONS, {"m": ModelState(new)})
+    )
+    assert result.exit_code == 1
+    tokens = MarkdownIt("commonmark").enable("table").parse(render_check(result, "markdown"))
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == ["❌ graphcheck check: FAIL", "graphcheck.lock: 1 change"]
+    items = [tokens[i + 2].content for i, t in enumerate(tokens) if t.type == "list_item_open"]
+    assert items == ["❌ **m** layers 12-47: new aten.add.Tensor after aten.silu"]
+    data = json.loads(render_check(result, "json"))
+    assert (data["verdict"], data["lock"]["verdict"]) == ("fail", "changed")
+    assert data["lock"]["changes"] == [
+        {
+            "kind": "layer",
+            "model": "m",
+            "message": "layers 12-47: new aten.add.Tensor after aten.silu",
+            "fails": True,
+            "source": None,
+        }
+    ]
