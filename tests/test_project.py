@@ -116,6 +116,11 @@ BAD = [
         "two checks are named 'lockable.py:lockable'; give each a unique name",
     ),
     ("[tool.graphcheck\n", "not valid TOML"),
+    (
+        "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\n"
+        "stage_builder = 'keep_index'\n",
+        "checks[0]: stage_builder: unknown stage builder 'keep_index' (did you mean keep-index?)",
+    ),
 ]
 
 

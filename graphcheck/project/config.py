@@ -275,9 +275,16 @@ def _model(spec: str, folder: Path, where: str) -> str:
 
 
 def _builder(text: str, folder: Path, where: str) -> str:
+    """A builtin stage builder's name or ``file.py:FN`` (its path resolved), checked now."""
+    from graphcheck.stages.builders import check_builder
+
     target, sep, fn = text.rpartition(":")
     if sep and target.endswith(".py"):
-        return f"{_path(target, folder, where + ': stage_builder')}:{fn}"
+        text = f"{_path(target, folder, where + ': stage_builder')}:{fn}"
+    try:
+        check_builder(text)
+    except UsageError as err:
+        raise UsageError(f"{where}: stage_builder: {err}") from None
     return text
 
 
