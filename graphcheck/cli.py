@@ -552,7 +552,9 @@ def _verdict_line(rendered: str, code: int, output: str) -> str:
     if found:
         return f"graphcheck: {found[-1].removeprefix('verdict: ')}; report written to {output}\n"
     verdict = "PASS" if code == 0 else "FAIL"
-    return f"graphcheck: {verdict}{_findings(rendered)}; report written to {output}\n"
+    legal = [ln for ln in rendered.splitlines() if ln.startswith("legal cuts: ")]  # map's text
+    detail = f" — {legal[-1]}" if legal else _findings(rendered)
+    return f"graphcheck: {verdict}{detail}; report written to {output}\n"
 
 
 def _findings(rendered: str) -> str:
