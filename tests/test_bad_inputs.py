@@ -244,3 +244,20 @@ def test_json_source_is_file_line_and_text():
     assert f" {at}\n" in render(report, "text")
     nowhere = Report("m.py:f", 8, "verify", diagnostics=[Diagnostic("GC205", "n", "m", cut=4)])
     assert json.loads(render(nowhere, "json"))["diagnostics"][0]["source"] is None
+
+
+def test_output_file_prints_the_one_line_verdict(cli, monkeypatch, tmp_path):
+    """``--output FILE``: the report in FILE, its verdict on stdout for the CI log."""
+    from graphcheck.diagnostics import Diagnostic
+    from graphcheck.report import CutReport, Report
+
+    found = [Diagnostic("GC201", "extra-activation-crosses-cut", "two cross", cut=1)]
+    cuts = [CutReport(0, []), CutReport(1, [], ["GC201"]), CutReport(2, [])]
+    report = Report("m.py:f", 2, "map", cuts=cuts, diagnostics=found)
+    monkeypatch.setattr(api, "cut_map", lambda *args, **kwargs: report)
+    target = tmp_path / "map.txt"
+    code, out, _ = cli("map", REF, "--output", target)
+    assert code == 1 and target.read_text().endswith("legal cuts: 0, 2\n")
+    assert out == f"graphcheck: FAIL — legal cuts: 0, 2; report written to {target}\n"
+    code, out, _ = cli("map", REF, "--output", target, "--format", "sarif")
+    assert out == f"graphcheck: FAIL — 1 finding at cuts 1; report written to {target}\n"
