@@ -9,8 +9,12 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# CPU build first: a bare `torch` requirement would pull a multi-GB CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
+	# CPU build first, from PyTorch's own CPU index as pytorch.org's install guide does: a
+	# bare `torch` from PyPI is the CUDA build (about 3 GB of nvidia-* packages). --retries 1:
+	# where that index is out of reach (an offline mirror), pip falls back at once to the
+	# indexes and find-links configured instead of retrying every package for minutes.
+	$(BIN)/pip install --quiet --retries 1 --timeout 15 \
+		--index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -47,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py
 	$(BIN)/python benchmarks/bench_plan.py
 	$(BIN)/python benchmarks/bench_cache.py
+	$(BIN)/python benchmarks/bench_startup.py
 
 # Every transformers causal-LM family through `graphcheck map`: README's coverage table.
 coverage: $(STAMP)
