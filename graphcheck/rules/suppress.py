@@ -215,7 +215,7 @@ class Suppression:
         outcome, used = Outcome(), set()
         for d in found:
             at = _location(d)
-            codes = comment_codes(linecache.getline(*at)) if at else None
+            codes = comment_codes(_line(*at)) if at else None
             covered = codes is not None and (not codes or d.code in codes)
             if covered:
                 used.add(_key(at))
@@ -244,6 +244,12 @@ def _location(d: Diagnostic) -> tuple[str, int] | None:
     return path, int(line)
 
 
+def _line(path: str, number: int) -> str:
+    """Line ``number`` of ``path`` as the file is now (an edited model re-read)."""
+    linecache.checkcache(path)
+    return linecache.getline(path, number)
+
+
 def _key(at: tuple[str, int]) -> tuple[str, int]:
     return os.path.realpath(at[0]), at[1]
 
@@ -269,6 +275,7 @@ def _comments(files: Iterable[str]) -> list[tuple[tuple[str, int], tuple[str, ..
     """Every ignore comment in ``files``: ``((file, line), codes)``."""
     found = []
     for path in dict.fromkeys(os.path.realpath(f) for f in files):
+        linecache.checkcache(path)
         for number, line in enumerate(linecache.getlines(path), start=1):
             codes = comment_codes(line)
             if codes is not None:
