@@ -4,7 +4,8 @@ Each (model, plan) report is rendered by its own reporter through the seam
 (:func:`graphcheck.report.render`) and the parts are joined:
 
 * ``text``: each check under a heading, a line per proven plan and the whole text report
-  of a failing one, the lock's changes, a summary line;
+  of a failing one, the lock's changes, and last the ``verdict:`` line (the one
+  ``--output`` echoes);
 * ``json``: the result's ``as_dict()`` (each report's own JSON inside);
 * ``sarif``: one run holding every report's results (each tagged with its check and
   plan in ``properties``) and a result per lock change, located at the model source
@@ -69,7 +70,7 @@ def _summary(result: CheckResult) -> str:
         parts.append(f"wrote {result.wrote.name}")
     elif result.command == "lock":
         parts.append("graphcheck.lock left as it was: a check could not run")
-    return f"graphcheck {result.command}: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
+    return f"verdict: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
 
 
 def _plan_line(plan: str, report: Report) -> str:
