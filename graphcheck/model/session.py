@@ -17,6 +17,7 @@ refused with one line that says to pass the factory or cast the module
 
 from __future__ import annotations
 
+import ast
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatchcase
@@ -169,14 +170,16 @@ def _glob_problem(glob: object) -> str | None:
 
 
 def check_spec(model: object) -> None:
-    """A one-line :class:`UsageError` for a ``MODEL`` that is a directory (with or without
-    ``:factory``), saying what to write: ``hf:DIR`` when it holds a ``config.json``, else
-    ``DIR/FILE.py:factory``."""
+    """A one-line :class:`UsageError` for a ``MODEL`` that names a file or a directory the
+    wrong way, saying what to write: a directory (with or without ``:factory``) ``hf:DIR``
+    when it holds a ``config.json``, else ``DIR/FILE.py:factory``; a ``.py`` file without
+    ``:factory`` its functions; a config ``.json`` without ``hf:`` that prefix."""
     if not isinstance(model, str) or is_hf_spec(model):
         return
     target, sep, _ = model.rpartition(":")
     folder = Path(target if sep and target else model)
     if not folder.is_dir():
+        _check_file(model)
         return
     if (folder / "config.json").is_file():
         raise UsageError(
@@ -188,6 +191,37 @@ def check_spec(model: object) -> None:
     raise UsageError(
         f"MODEL {model!r} is a directory{shown}: write {folder}/FILE.py:factory, the file and "
         "the function in it that returns the model"
+    )
+
+
+def _check_file(model: str) -> None:
+    """``MODEL`` an existing ``file.py`` or ``config.json`` given without what it needs."""
+    file = Path(model)
+    if not file.is_file():
+        return
+    if file.suffix == ".json":
+        raise UsageError(f"MODEL {model!r} is a JSON file: write hf:{model} to build its config")
+    if file.suffix != ".py":
+        return
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        tree = ast.Module(body=[], type_ignores=[])
+    names = [n.name for n in tree.body if _factory_like(n)]
+    shown = f" (callable without arguments: {', '.join(names[:4])}{', ...' * (len(names) > 4)})"
+    raise UsageError(
+        f"MODEL {model!r} names no factory: write {model}:FACTORY, the function that returns "
+        f"the model{shown if names else ''}"
+    )
+
+
+def _factory_like(node: ast.stmt) -> bool:
+    """A public top-level function callable without arguments."""
+    if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+        return False
+    args = node.args
+    return len(args.defaults) == len(args.posonlyargs) + len(args.args) and all(
+        default is not None for default in args.kw_defaults
     )
 
 
