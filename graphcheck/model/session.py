@@ -8,8 +8,9 @@ and the stage builders start from.
 (<ProgramMode.TRAIN: 'train'>, True)
 
 Every argument is checked before anything is built: the example batch, the
-``allow_fp32`` globs (:func:`check_globs`), a ``MODEL`` that is a directory
-(:func:`check_spec` says what to write instead). A module given as an object whose
+``allow_fp32`` globs (:func:`check_globs`), a ``MODEL`` that names a directory, a
+``.py`` file without its factory or a config without ``hf:`` (:func:`check_spec` says
+what to write instead). A module given as an object whose
 parameters are mostly fp32 (a notebook's model as built, before the bf16 cast) is
 refused with one line that says to pass the factory or cast the module
 (:func:`check_module_dtype`), rather than a GC501 for each of its parameters.
