@@ -88,6 +88,7 @@ def test_lock_then_a_window_edit_an_fp32_skip_and_a_comment(repo, cli):
     assert set(model["programs"]) == layer_programs | {fp for _, fp in model["edges"]}
     assert [b[1] for b in model["boundaries"]] == ["pass"] * 7
     assert model["plans"] == [["cuts 3", "pass", []]]
+    assert (model["model"], list(model["sources"])) == ("lockable.py:lockable", ["lockable.py"])
     assert set(data["versions"]) == {"graphcheck", "torch", "transformers"}
 
     # layer 5 attends with another window: named, with the argument and the edited line

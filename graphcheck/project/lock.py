@@ -150,6 +150,22 @@ def _spec_files(spec: str, options: dict) -> list[str]:
     return files + ([options["kernels"]] if options.get("kernels") else [])
 
 
+def _portable(spec: str, folder: Path) -> str:
+    """``spec`` with its file path relative to the lock's folder (the same lock wherever
+    graphcheck runs from).
+
+    >>> _portable("/p/models/m.py:f", Path("/p")), _portable("hf:llama", Path("/p"))
+    ('models/m.py:f', 'hf:llama')
+    """
+    prefix = "hf:" if spec.startswith("hf:") else ""
+    rest = spec.removeprefix(prefix)
+    target, sep, name = rest.rpartition(":") if not prefix else (rest, "", "")
+    if not target.endswith((".py", ".json")):
+        return spec
+    relative = Path(os.path.relpath(Path(target).absolute(), folder)).as_posix()
+    return f"{prefix}{relative}{sep}{name}"
+
+
 def _part(program, region: Region, provenance: Provenance, programs: dict) -> tuple[str, list]:
     """The fingerprint of ``region``'s part (its ops stored in ``programs``) and its records."""
     part = part_of(program, region, provenance)
@@ -174,7 +190,7 @@ def model_state(explorer, spec: str, options: dict, plans: dict[str, Report], fo
         fingerprint, records[edge] = _part(program, Region(edge), provenance, programs)
         edges.append([str(edge), fingerprint])
     entry = {
-        "model": spec,
+        "model": _portable(spec, folder),
         "layers": layers,
         "edges": edges,
         "programs": programs,
