@@ -19,6 +19,7 @@ refused with one line that says to pass the factory or cast the module
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatchcase
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from graphcheck.errors import LayoutError, UsageError
+from graphcheck.errors import LayoutError, ModelLoadError, UsageError, reworded
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
@@ -116,7 +117,7 @@ class Session:
         if self.settings:
             raise UsageError("--set applies to hf: models only")
         if isinstance(model, str):
-            return model, self._fake(resolve_factory(model))
+            return model, self._fake(_factory(model))
         if isinstance(model, nn.Module):
             if self.dtype is not BuildDtype.BFLOAT16:
                 raise UsageError("--dtype applies to a factory or a spec, not a built module")
@@ -214,6 +215,37 @@ def _check_file(model: str) -> None:
         f"MODEL {model!r} names no factory: write {model}:FACTORY, the function that returns "
         f"the model{shown if names else ''}"
     )
+
+
+def _factory(spec: str) -> Callable[[], nn.Module]:
+    """:func:`resolve_factory`, its error for a missing file or factory ending with the
+    nearest name there is (``did you mean fixtures/reference.py?``)."""
+    try:
+        return resolve_factory(spec)
+    except ModelLoadError as err:
+        target, _, name = spec.rpartition(":")
+        file = Path(target)
+        if str(err).startswith("file not found") and file.parent.is_dir():
+            near = difflib.get_close_matches(
+                file.name, [p.name for p in file.parent.glob("*.py")], 1, 0.8
+            )
+            guess = [str(file.parent / near[0])] if near else []
+        elif " has no callable " in str(err) and file.suffix == ".py" and file.is_file():
+            guess = difflib.get_close_matches(name, _top_names(file), 1, 0.75)
+        else:
+            raise
+        if not guess:
+            raise
+        raise reworded(err, f"{err}; did you mean {guess[0]}?") from None
+
+
+def _top_names(file: Path) -> list[str]:
+    """The names a Python file defines at its top level (read, not imported)."""
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
 
 
 def _factory_like(node: ast.stmt) -> bool:
