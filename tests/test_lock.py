@@ -72,11 +72,14 @@ def _lock_section(out: str) -> list[str]:
 
 
 def test_lock_then_a_window_edit_an_fp32_skip_and_a_comment(repo, cli):
+    stale = _lock(_entry(["a"], {"a": OPS}))  # a model the configuration no longer lists
+    (repo / "graphcheck.lock").write_text(dumps(stale), encoding="utf-8")
     code, out, err = cli("lock")
     assert code == 0, err
     assert out.splitlines()[-1].endswith("wrote graphcheck.lock")
     locked = (repo / "graphcheck.lock").read_text(encoding="utf-8")
     data = json.loads(locked)
+    assert list(data["models"]) == ["lockable"]  # the stale model "m" is gone
     model = data["models"]["lockable"]
     assert [kind for _, _, kind in model["layers"]][2:4] == [
         "window 9 · dense",
@@ -228,7 +231,12 @@ def test_consecutive_layers_with_the_same_change_are_one_group():
 
 
 def test_boundaries_and_plans_both_ways_and_versions_alone():
-    old = _entry(["a", "a"], {"a": OPS}, [[0, "pass", [], []], [1, "fail", ["GC201"], []]])
+    old = _entry(
+        ["a", "a"],
+        {"a": OPS},
+        [[0, "pass", [], []], [1, "fail", ["GC201"], []]],
+        [["stages 2", "pass", []], ["cuts 9", "pass", []]],
+    )
     new = _entry(
         ["a", "a"],
         {"a": OPS},
@@ -242,6 +250,7 @@ def test_boundaries_and_plans_both_ways_and_versions_alone():
             True,
         ),
         ("boundary 1: illegal (GC201) → legal", False),
+        ("plan cuts 9 is in the lock but no longer checked", False),
         ("plan stages 2: proven → fails (GC202)", True),
         ("plan cuts 1 is not in the lock: run graphcheck lock (or check --update)", True),
     ]

@@ -140,7 +140,8 @@ def run_project(
     """Run the checks of the configuration at ``config`` (found from the working
     directory when ``None``) that ``pattern`` selects. ``locked`` compares with the lock
     (a missing lock is a usage error, before any export, unless ``update``); ``update``
-    or ``lock`` writes it (the checks not selected keep their entries)."""
+    or ``lock`` writes it: with ``pattern``, the checks not selected keep their entries;
+    without, the lock holds exactly the configuration's checks."""
     project = load_config(config)
     checks = project.selected(pattern)
     path = project.lock_path
@@ -153,7 +154,8 @@ def run_project(
     if locked and previous is not None:
         result.diff = diff_lock(previous, versions(), states)
     if (update or lock) and all(run.error is None for run in runs):
-        models = dict(previous["models"]) if previous is not None else {}
+        kept = previous is not None and pattern is not None  # -k: the others keep theirs
+        models = dict(previous["models"]) if kept else {}
         models.update({name: state.entry for name, state in states.items()})
         write_lock(path, models)
         result.wrote = path

@@ -217,7 +217,11 @@ def _boundary_changes(name: str, old: dict, new: dict) -> list[Change]:
 
 def _plan_changes(name: str, old: dict, new: dict) -> list[Change]:
     locked = {p[0]: p for p in old.get("plans", [])}
-    changes = []
+    dropped = sorted(set(locked) - {p[0] for p in new["plans"]})
+    changes = [
+        Change(ChangeKind.PLAN, name, f"plan {plan} is in the lock but no longer checked")
+        for plan in dropped
+    ]
     for plan, verdict, codes in new["plans"]:
         was = locked.get(plan)
         if was is None:
