@@ -310,3 +310,21 @@ def test_lock_changes_in_markdown_and_json():
             "source": None,
         }
     ]
+
+
+def test_layers_added_or_removed_and_whole_program_findings():
+    old = _entry(["a"] * 4, {"a": OPS})
+    new = _entry(["a"] * 6, {"a": OPS})
+    new["findings"] = ["GC403"]
+    diff = diff_lock(_lock(old), VERSIONS, {"m": ModelState(new)})
+    assert [(c.kind, c.message, c.fails) for c in diff.changes] == [
+        (ChangeKind.LAYER, "layers 4-5: new layer (the lock has none at this index)", True),
+        (ChangeKind.FINDINGS, "whole-program findings none → GC403", True),
+    ]
+    fewer = diff_lock(_lock(new), VERSIONS, {"m": ModelState(old)})
+    assert [(c.message, c.fails) for c in fewer.changes] == [
+        ("layers 4-5: layer removed (the lock has it, this run does not)", True),
+        ("whole-program findings GC403 → none", False),
+    ]
+    unknown = diff_lock(_lock(old), VERSIONS, {"other": ModelState(old)})
+    assert [(c.kind, c.fails) for c in unknown.changes] == [(ChangeKind.MODEL, True)]

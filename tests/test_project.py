@@ -282,3 +282,17 @@ def test_check_of_three_models_gives_valid_sarif_and_markdown(monkeypatch):
         ("llama-3.1-8b", "stages 4", "PASS"),
     ]
     assert sum(h.endswith("graphcheck verify: PASS") for h in headings) == 6
+
+
+def test_k_matches_the_name_or_the_spec_by_substring_or_glob():
+    from graphcheck.project.config import Check
+
+    check = Check("llama-small", "hf:llama")
+    assert [check.matches(p) for p in ("small", "hf:ll", "llama-*", "hf:*", "*8b", "gpt")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
