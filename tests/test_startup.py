@@ -110,3 +110,15 @@ def test_lazy_names_resolve_and_gate_stays_the_function():
     assert graphcheck.Report.__module__ == "graphcheck.report"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         graphcheck.nope  # noqa: B018
+
+
+def test_the_progress_hook_imports_neither_torch_nor_rich():
+    """api and the gate import the hook; the display's library loads only when shown."""
+    code = (
+        "import sys, graphcheck.reporters.progress; "
+        "print('torch' in sys.modules, 'rich' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.split() == ["False", "False"]
