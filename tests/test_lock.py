@@ -120,6 +120,8 @@ def test_lock_then_a_window_edit_an_fp32_skip_and_a_comment(repo, cli):
         "bfloat16[1, T, 32], bfloat16[1, T, 32]"
         for k in (2, 3)
     }
+    at = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]}
+    assert at == {"lockable.py", "pyproject.toml"}  # boundaries and plans: where declared
     plans = [r for r in run["results"] if r["ruleId"] == "lock/plan"]
     assert [r["message"]["text"] for r in plans] == [
         "lockable: plan cuts 3: proven → fails (GC201)"

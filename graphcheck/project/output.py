@@ -9,7 +9,8 @@ Each (model, plan) report is rendered by its own reporter through the seam
 * ``json``: the result's ``as_dict()`` (each report's own JSON inside);
 * ``sarif``: one run holding every report's results (each tagged with its check and
   plan in ``properties``) and a result per lock change, located at the model source
-  line responsible where there is one (rule ids ``lock/<kind>``);
+  line responsible where there is one, else at the configuration file (rule ids
+  ``lock/<kind>``);
 * ``markdown``: a verdict table of every check and plan, the lock's changes, then each
   report's own summary.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from graphcheck.errors import UsageError
 from graphcheck.project.check import CheckResult
@@ -114,13 +116,24 @@ def _located(source: str | None) -> dict | None:
     return {"physicalLocation": physical}
 
 
-def _lock_result(change: Change) -> dict:
-    location = _located(change.source)
+def _file_location(path: Path) -> dict:
+    """``path`` as an artifact location: relative to the working directory under it."""
+    try:
+        uri = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        uri = path.resolve().as_uri()
+    return {"physicalLocation": {"artifactLocation": {"uri": uri}}}
+
+
+def _lock_result(change: Change, config: Path) -> dict:
+    """A lock change as a result, at the model's line responsible, else at the
+    configuration that declares the check (code scanning shows located results only)."""
+    location = _located(change.source) or _file_location(config)
     return {
         "ruleId": f"lock/{change.kind}",
         "level": "error" if change.fails else "note",
         "message": {"text": f"{change.model or 'graphcheck.lock'}: {change.message}"},
-        "locations": [location] if location else [],
+        "locations": [location],
         "properties": {"model": change.model, "lock": str(change.kind)},
     }
 
@@ -147,7 +160,7 @@ def _sarif(result: CheckResult) -> str:
     merged["results"] = results
     if result.diff is not None:
         merged["tool"]["driver"]["rules"] += _lock_rules()
-        merged["results"] += [_lock_result(c) for c in result.diff.changes]
+        merged["results"] += [_lock_result(c, result.config) for c in result.diff.changes]
     merged["properties"] = {"mode": "check", "verdict": result.verdict}
     return json.dumps(base, indent=2) + "\n"
 
