@@ -296,3 +296,16 @@ def test_k_matches_the_name_or_the_spec_by_substring_or_glob():
         False,
         False,
     ]
+
+
+def test_a_check_without_a_plan_on_a_model_without_ranges_says_what_to_add(
+    tmp_path, monkeypatch, cli
+):
+    _project(tmp_path, "[[tool.graphcheck.checks]]\nmodel = 'lockable.py:lockable'\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli("check")
+    assert code == 2
+    assert (
+        "error: check 'lockable.py:lockable' gives no plan and the model declares no "
+        "pipeline_layer_ranges: add cuts, stages or layout to it in the configuration"
+    ) in out

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from graphcheck import api
 from graphcheck.errors import GraphcheckError, UsageError
-from graphcheck.project.config import Check, load_config
+from graphcheck.project.config import Check, Plan, PlanKind, load_config
 from graphcheck.project.diff import LockDiff, diff_lock
 from graphcheck.project.lock import ModelState, model_state, read_lock, versions, write_lock
 from graphcheck.report import Report
@@ -99,6 +99,18 @@ class CheckResult:
         }
 
 
+def _prove(explorer: api.Explorer, plan: Plan, check: Check) -> Report:
+    """The verify report of ``plan`` on ``explorer``'s export."""
+    args = plan.arguments()
+    cuts = explorer.written_cuts(args["cuts"], args["stages"], args["pipeline_layout"])
+    if plan.kind is PlanKind.DECLARED and explorer.session.layout.layer_ranges is None:
+        raise UsageError(
+            f"check {check.name!r} gives no plan and the model declares no "
+            "pipeline_layer_ranges: add cuts, stages or layout to it in the configuration"
+        )
+    return explorer.verify(cuts, args["stages"], stage_builder=check.stage_builder)
+
+
 def run_check(check: Check, folder: Path, with_state: bool) -> CheckRun:
     """Build and export ``check``'s model once, prove each plan; with ``with_state`` also
     the lock entry (boundaries, layer programs)."""
@@ -110,10 +122,7 @@ def run_check(check: Check, folder: Path, with_state: bool) -> CheckRun:
     try:
         explorer = api.Explorer(check.model, allow_fp32=allow, **codes, **options)
         for plan in check.plans:
-            args = plan.arguments()
-            cuts = explorer.written_cuts(args["cuts"], args["stages"], args["pipeline_layout"])
-            report = explorer.verify(cuts, args["stages"], stage_builder=check.stage_builder)
-            run.reports[plan.name] = report
+            run.reports[plan.name] = _prove(explorer, plan, check)
         if with_state:
             run.state = model_state(explorer, check.model, check.options, run.reports, folder)
     except GraphcheckError as err:
