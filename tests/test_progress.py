@@ -179,10 +179,17 @@ def test_ctrl_c_during_the_export_is_one_line_and_130():
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_stage_processes_run_leaves_no_child_traceback():
-    argv = ["verify", "fixtures/reference.py:reference", "--cuts", "4"]
-    code, lines = _interrupt(
-        [*argv, "--stage-builder", "keep-index"], "graphcheck: stages", group=True
-    )
+@pytest.mark.parametrize(
+    ("argv", "wait_for"),
+    [
+        (["verify", "--stage-builder", "keep-index"], "graphcheck: stages"),
+        (["gate"], "graphcheck: gate uncut"),
+    ],
+    ids=["stage-builder", "gate"],
+)
+def test_ctrl_c_while_stage_processes_run_leaves_no_child_traceback(argv, wait_for):
+    command, *options = argv
+    model = [command, "fixtures/reference.py:reference", "--cuts", "4", *options]
+    code, lines = _interrupt(model, wait_for, group=True)
     assert code == 130
     assert _not_progress(lines) == ["graphcheck: interrupted"], lines
