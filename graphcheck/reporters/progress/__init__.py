@@ -35,8 +35,9 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["Phase", "Tick", "phase", "shown", "wanted"]
 
@@ -55,6 +56,21 @@ class Phase(StrEnum):
     GATE = "gate"
 
 
+@dataclass
+class _Running:
+    """A phase being shown: its name, steps (``total`` ``None``: not counted) and start."""
+
+    name: str
+    total: int | None
+    done: int = 0
+    start: float = field(default_factory=time.perf_counter)
+    task: Any = None  # the live display's row
+
+    @property
+    def count(self) -> str:
+        return f"{self.done}/{self.total}" if self.total is not None else ""
+
+
 class _Lines:
     """One line when a phase starts, one when it ends: for a stream that is not a
     terminal (a CI log), where a live display would be escape codes."""
@@ -62,18 +78,16 @@ class _Lines:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
-    def begin(self, name: str, total: int | None) -> list:
-        self._write(f"graphcheck: {name} ...")
-        return [name, total, 0, time.perf_counter()]
+    def begin(self, running: _Running) -> None:
+        self._write(f"graphcheck: {running.name} ...")
 
-    def advance(self, handle: list, done: int) -> None:
-        handle[2] = done
+    def advance(self, running: _Running) -> None:
+        pass
 
-    def end(self, handle: list, finished: bool) -> None:
-        name, total, done, start = handle
+    def end(self, running: _Running, finished: bool) -> None:
         if finished:
-            count = f" {done}/{total}" if total is not None else ""
-            self._write(f"graphcheck: {name}{count} {time.perf_counter() - start:.1f} s")
+            label = f"{running.name} {running.count}".rstrip()
+            self._write(f"graphcheck: {label} {time.perf_counter() - running.start:.1f} s")
 
     def close(self) -> None:
         pass
@@ -103,23 +117,21 @@ class _Live:
         self.depth = 0
         self.progress.start()
 
-    def begin(self, name: str, total: int | None) -> tuple:
-        indent = "  " * self.depth
+    def begin(self, running: _Running) -> None:
+        description = "  " * self.depth + running.name
         self.depth += 1
-        count = f"0/{total}" if total is not None else ""
-        task = self.progress.add_task(f"{indent}{name}", total=total or 1, count=count)
-        return task, total
+        running.task = self.progress.add_task(
+            description, total=running.total or 1, count=running.count
+        )
 
-    def advance(self, handle: tuple, done: int) -> None:
-        task, total = handle
-        self.progress.update(task, completed=done, count=f"{done}/{total}")
+    def advance(self, running: _Running) -> None:
+        self.progress.update(running.task, completed=running.done, count=running.count)
 
-    def end(self, handle: tuple, finished: bool) -> None:
-        task, total = handle
+    def end(self, running: _Running, finished: bool) -> None:
         self.depth -= 1
-        if finished and total is None:
-            self.progress.update(task, completed=1)
-        self.progress.stop_task(task)
+        if finished and running.total is None:
+            self.progress.update(running.task, completed=1)
+        self.progress.stop_task(running.task)
 
     def close(self) -> None:
         self.progress.stop()
@@ -132,6 +144,11 @@ def _ignore(done: int) -> None:
     """The tick of a phase nobody is watching."""
 
 
+def _tick(display: _Lines | _Live, running: _Running, done: int) -> None:
+    running.done = done
+    display.advance(running)
+
+
 @contextlib.contextmanager
 def phase(name: str, total: int | None = None) -> Iterator[Tick]:
     """Announce the phase ``name`` (of ``total`` steps, if it counts them) to the display
@@ -140,13 +157,14 @@ def phase(name: str, total: int | None = None) -> Iterator[Tick]:
     if display is None:
         yield _ignore
         return
-    handle = display.begin(str(name), total)
+    running = _Running(str(name), total)
+    display.begin(running)
     try:
-        yield functools.partial(display.advance, handle)
-    except BaseException:
-        display.end(handle, finished=False)
+        yield functools.partial(_tick, display, running)
+    except BaseException:  # failed or interrupted: no line saying it ended
+        display.end(running, finished=False)
         raise
-    display.end(handle, finished=True)
+    display.end(running, finished=True)
 
 
 def wanted(stream: TextIO, on: bool | None) -> bool:
