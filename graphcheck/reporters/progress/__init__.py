@@ -1,5 +1,5 @@
 """Live progress on stderr: the phases of a run (build, export, analyse, cuts n/L,
-stages k/S, check, the gate's own) with the time each took.
+stages k/S, the gate's own) with the time each took.
 
 The pipeline announces its phases through a hook that imports nothing heavy:
 :func:`phase` is a context manager that does nothing unless a display is shown, and
@@ -52,8 +52,7 @@ class Phase(StrEnum):
     ANALYSE = "analyse"
     CUTS = "cuts"
     STAGES = "stages"
-    CHECK = "check"
-    GATE = "gate"
+    GATE = "gate"  # the byte gate's phases: "gate uncut", "gate staged", ...
 
 
 @dataclass
@@ -129,8 +128,8 @@ class _Live:
 
     def end(self, running: _Running, finished: bool) -> None:
         self.depth -= 1
-        if finished and running.total is None:
-            self.progress.update(running.task, completed=1)
+        if finished:  # every step done (a phase of no steps too)
+            self.progress.update(running.task, completed=running.total or 1)
         self.progress.stop_task(running.task)
 
     def close(self) -> None:
