@@ -4,12 +4,15 @@ Export the model with symbolic packed-varlen inputs on fake weights,
 partition the FX graph at the proposed cuts and prove from dataflow that each
 cut carries exactly one materialized bf16 residual between decoder layers.
 
-``import graphcheck`` is instant: the public names below are imported on first
-use (PEP 562), so torch loads only when a model is built or a result type is needed.
+``import graphcheck`` is instant: the public names below, and the subpackages
+(``graphcheck.api.Explorer``), are imported on first use (PEP 562), so torch loads
+only when a model is built or a result type is needed.
 
 >>> import graphcheck
 >>> "verify" in dir(graphcheck), graphcheck.UsageError.__module__
 (True, 'graphcheck.errors')
+>>> graphcheck.api.Explorer.__name__
+'Explorer'
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import sys
 import types
 from importlib import import_module
+from importlib.util import find_spec
 
 from graphcheck._version import __version__
 from graphcheck.errors import (
@@ -58,11 +62,13 @@ _LAZY = {
 
 
 def __getattr__(name: str):
-    """A public name imported on first use, then kept."""
-    module = _LAZY.get(name)
-    if module is None:
+    """A public name or a submodule (``graphcheck.api``), imported on first use, then kept."""
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    elif not name.startswith("__") and find_spec(f"{__name__}.{name}") is not None:
+        value = import_module(f"{__name__}.{name}")
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
     globals()[name] = value
     return value
 

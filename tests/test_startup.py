@@ -122,3 +122,13 @@ def test_the_progress_hook_imports_neither_torch_nor_rich():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_subpackages_load_on_first_attribute_access():
+    """``import graphcheck; graphcheck.rules...`` works as it did when the package imported
+    everything at once (here a subpackage that needs no torch, in a fresh interpreter)."""
+    code = "import sys, graphcheck; print(graphcheck.rules.INFO[0].code, 'torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.split() == ["GC101", "False"]
