@@ -123,7 +123,8 @@ def _pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     try:
         yield pool
     except KeyboardInterrupt:
-        for process in list(getattr(pool, "_processes", {}).values()):
+        # the executor's own record of its children (public only from Python 3.14 on)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()
         raise
     finally:
