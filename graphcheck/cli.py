@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
 import warnings
 
@@ -661,6 +662,15 @@ def _dup_stdout() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (the program's arguments when ``None``); the
+    exit status."""
+    code = _main(argv)
+    if argv is None:  # the program itself: its run is over, Ctrl-C while it exits is moot
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
