@@ -112,7 +112,7 @@ def _wait_for(read, text: str, seconds: float) -> str:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_a_deep_map_shows_its_phases_on_a_terminal(factory, tmp_path):
+def test_a_deep_map_shows_its_phases_on_a_terminal(factory):
     session = f"graphcheck-progress-{os.getpid()}"
     command = f"{GRAPHCHECK} map {factory}:deep; echo EXIT=$?; sleep 600"
     env = {**os.environ, "GRAPHCHECK_NO_CACHE": "1"}
