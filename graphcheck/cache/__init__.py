@@ -6,7 +6,9 @@ rendered report and the exit status, :mod:`graphcheck.cache.results`) under a ke
 everything that can change the graph or the verdict (:mod:`graphcheck.cache.key`):
 
 * the command and every option it was given (any option: one graphcheck adds later is
-  in the key without anyone listing it), and the working directory;
+  in the key without anyone listing it; only ``--no-cache``, ``--cache-dir`` and
+  ``--progress``, which change no report, are left out), and the working directory
+  (reports print source paths relative to it);
 * the content of the files the options name (``file.py``, an ``hf:`` ``config.json``,
   ``--kernels``, a ``--stage-builder`` file);
 * the Python, graphcheck, torch and transformers versions and a hash of graphcheck's
@@ -20,7 +22,13 @@ everything that can change the graph or the verdict (:mod:`graphcheck.cache.key`
 
 Nothing here imports torch, transformers or :mod:`graphcheck.api`: this package imports
 only :mod:`graphcheck.errors` and :mod:`graphcheck._version`, so a hit costs what the
-command line imports before it, the key and the dependency hashes.
+command line imports before it, the key and the dependency hashes (0.1 s for a whole
+``graphcheck verify`` process on this machine, against 2.5 s for ``import torch``).
+
+Left out: the Python API does not use the cache (its reports hold the live FX nodes of
+their crossing sets, which do not outlive the process); nothing evicts old entries
+(delete the folder); what the model's code reads other than Python modules (a data file,
+an environment variable) is not in the key: ``--no-cache`` for such a model.
 
 Why the result, and not also the exported program (``torch.export.save``) for other
 plans of the same model: a saved program does not analyse as the live one does. Loaded
