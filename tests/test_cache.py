@@ -399,3 +399,27 @@ def test_an_option_too_long_to_be_a_path_is_still_keyed(tmp_path):
     assert len(fqns) > 4096
     keys = {_key("verify", spec, "--fqns-per-stage", f, folder=tmp_path) for f in (fqns, "[]")}
     assert len(keys) == 2
+
+
+@pytest.mark.slow
+def test_a_reloaded_program_does_not_analyse_as_the_live_one():
+    """Why only reports are cached (graphcheck/cache/__init__.py): an exported program saved
+    with ``torch.export.save`` and loaded back judges the reference decoder's cuts
+    otherwise. Should this fail, a program cache may have become sound: compare again."""
+    import dataclasses
+    import io
+
+    import torch
+
+    from graphcheck.analysis.program import analyse
+
+    live = api.Explorer(f"{FIXTURES / 'reference.py'}:reference")
+    buffer = io.BytesIO()
+    torch.export.save(live.program.exported.program, buffer)
+    buffer.seek(0)
+    loaded = api.Explorer(f"{FIXTURES / 'reference.py'}:reference")
+    exported = dataclasses.replace(live.program.exported, program=torch.export.load(buffer))
+    loaded._program = analyse(exported, loaded.session.layout)
+    assert live.map().legal_cuts() == list(range(9))
+    assert loaded.map().legal_cuts() != live.map().legal_cuts()
+    assert "GC205" in loaded.verify([4]).codes and not live.verify([4]).codes
