@@ -78,13 +78,14 @@ def _key(*argv: str, folder: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    ("command", "fmt"), [("verify", "text"), ("verify", "json"), ("map", "text")]
+    ("command", "fmt"),
+    [("verify", "text"), ("verify", "json"), ("map", "text"), ("plan", "text")],
 )
 def test_warm_run_prints_the_cold_report_without_exporting(
     cli, exports, model, tmp_path, command, fmt
 ):
     spec, _ = model
-    plan = ("--cuts", "1") if command == "verify" else ()
+    plan = {"verify": ("--cuts", "1"), "plan": ("--stages", "2")}.get(command, ())
     argv = (command, spec, *plan, "--format", fmt, "--cache-dir", tmp_path / "c")
     cold = cli(*argv)
     assert len(exports) == 1 and cold[0] == 0 and len(_entries(tmp_path / "c")) == 1
@@ -96,6 +97,8 @@ def test_warm_run_prints_the_cold_report_without_exporting(
         assert json.loads(warm[1])["verdict"] == "pass"
     if command == "map":
         assert "legal cuts: 0, 1, 2" in warm[1]
+    if command == "plan":
+        assert "legal boundaries: 0, 1, 2" in warm[1] and "plan: --cuts 1" in warm[1]
 
 
 def test_an_edit_of_a_model_file_runs_afresh(cli, exports, model, tmp_path):
