@@ -44,11 +44,6 @@ def _formats() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(reporters.__path__) if not m.ispkg)
 
 
-# graphcheck.model.load.ProgramMode's values, spelled here so --help never imports torch
-# (tests/test_startup.py holds them equal).
-PROGRAM_MODES = ("train", "eval")
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
         raise UsageError(message)
@@ -84,6 +79,8 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
+    from graphcheck.model.modes import ProgramMode
+
     model = parser.add_argument_group("model building")
     model.add_argument(
         "--set",
@@ -111,8 +108,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "--mode",
-        choices=PROGRAM_MODES,
-        default=PROGRAM_MODES[0],
+        choices=[mode.value for mode in ProgramMode],
+        default=ProgramMode.TRAIN.value,
         dest="program_mode",
         help="the program to prove and run: model.train(), what pipeline-parallel "
         "training runs (default), or model.eval()",

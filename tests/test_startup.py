@@ -90,14 +90,6 @@ def test_rule_metadata_read_from_source_is_the_modules_own():
     assert rules.by_code()["GC203"] is rules.RULES[4]
 
 
-def test_program_modes_are_the_model_loaders():
-    from graphcheck.cli import PROGRAM_MODES
-    from graphcheck.model.load import ProgramMode
-
-    assert tuple(mode.value for mode in ProgramMode) == PROGRAM_MODES
-    assert PROGRAM_MODES[0] == ProgramMode.TRAIN
-
-
 def test_lazy_names_resolve_and_gate_stays_the_function():
     import graphcheck
     import graphcheck.gate.report  # the package import sets graphcheck.gate: still the function

@@ -46,15 +46,13 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import TypeVar
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
-from graphcheck.errors import ModelLoadError, UsageError
-
-E = TypeVar("E", bound=StrEnum)
+from graphcheck.errors import ModelLoadError
+from graphcheck.model.modes import choice
 
 __all__ = [
     "BuildDtype",
@@ -62,7 +60,6 @@ __all__ = [
     "build_dtype",
     "build_in",
     "cast_to_bf16",
-    "choice",
     "declared_fp32",
     "fake_conversions",
     "fp32_names",
@@ -85,20 +82,6 @@ class BuildDtype(StrEnum):
 def build_dtype(value: BuildDtype | str) -> BuildDtype:
     """``value`` as a :class:`BuildDtype`; a :class:`UsageError` naming the choices."""
     return choice(BuildDtype, value, "build dtype")
-
-
-def choice(kind: type[E], value: E | str, what: str) -> E:
-    """``value`` as a member of the string enum ``kind``; a :class:`UsageError` naming
-    ``what`` and the choices.
-
-    >>> choice(BuildDtype, "float32", "build dtype")
-    <BuildDtype.FLOAT32: 'float32'>
-    """
-    try:
-        return kind(value)
-    except ValueError:
-        choices = " or ".join(kind)
-        raise UsageError(f"unknown {what} {value!r}: use {choices}") from None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
-from enum import StrEnum
 from pathlib import Path
 
 import torch
@@ -26,7 +25,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphcheck.errors import ModelLoadError, UsageError
-from graphcheck.model.dtype import choice, fake_conversions
+from graphcheck.model.dtype import fake_conversions
+from graphcheck.model.modes import ProgramMode, as_program_mode
 
 __all__ = [
     "ProgramMode",
@@ -38,25 +38,6 @@ __all__ = [
     "parse_spec",
     "resolve_factory",
 ]
-
-
-class ProgramMode(StrEnum):
-    """Which program of the model graphcheck proves and runs: the one ``model.train()``
-    gives (what pipeline-parallel training runs; the default) or the one
-    ``model.eval()`` gives. Modules that pick a kernel by ``self.training`` (a
-    short-T path in eval, dropout) run a different program in each.
-
-    >>> as_program_mode("eval"), as_program_mode(ProgramMode.TRAIN)
-    (<ProgramMode.EVAL: 'eval'>, <ProgramMode.TRAIN: 'train'>)
-    """
-
-    TRAIN = "train"
-    EVAL = "eval"
-
-
-def as_program_mode(value: ProgramMode | str) -> ProgramMode:
-    """``value`` as a :class:`ProgramMode`; a :class:`UsageError` naming the choices."""
-    return choice(ProgramMode, value, "program mode")
 
 
 def in_program_mode(model: nn.Module, mode: ProgramMode | str) -> nn.Module:
