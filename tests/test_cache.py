@@ -426,3 +426,12 @@ def test_a_reloaded_program_does_not_analyse_as_the_live_one():
     assert live.map().legal_cuts() == list(range(9))
     assert loaded.map().legal_cuts() != live.map().legal_cuts()
     assert "GC205" in loaded.verify([4]).codes and not live.verify([4]).codes
+
+
+def test_pythonpath_is_in_the_key(tmp_path, monkeypatch):
+    """It decides which file a model's ``import`` finds."""
+    spec = f"{FIXTURES / 'reference.py'}:reference"
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    base = _key("map", spec, folder=tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert _key("map", spec, folder=tmp_path) != base

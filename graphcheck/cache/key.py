@@ -4,11 +4,12 @@ Two halves, as ccache's direct mode has them:
 
 * the **lookup key** (:func:`lookup_key`) is computed before anything is built, from
   what is known then: the command and every one of its options, the working
-  directory (reports print source paths relative to it), the content of every file
-  an option names (the model's ``file.py``, an ``hf:`` ``config.json``, the kernels
-  file, a stage builder's file), the Python, graphcheck, torch and transformers
-  versions, and a hash of graphcheck's own source files (:func:`source_hash`: the
-  version string does not change while graphcheck is developed);
+  directory (reports print source paths relative to it), ``PYTHONPATH`` (where imports
+  look), the content of every file an option names (the model's ``file.py``, an ``hf:``
+  ``config.json``, the kernels file, a stage builder's file), the Python, graphcheck,
+  torch and transformers versions, and a hash of graphcheck's own source files
+  (:func:`source_hash`: the version string does not change while graphcheck is
+  developed);
 * the **dependencies** (:func:`dependencies`) are recorded after the run, with each
   file's content hash: every Python file imported that lies outside the standard
   library, site-packages and graphcheck itself (the model's files and whatever they
@@ -140,6 +141,7 @@ def lookup_key(options: Mapping[str, object], cwd: str | None = None) -> str:
         "schema": SCHEMA,
         "options": dict(options),
         "cwd": os.path.realpath(cwd or os.getcwd()),
+        "pythonpath": os.environ.get("PYTHONPATH", ""),  # which files imports find
         "versions": versions(),
         "files": named_files(options),
     }
