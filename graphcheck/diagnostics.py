@@ -16,13 +16,16 @@ reads; :func:`spans` writes the layers or cuts a group covers.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.fx
+if TYPE_CHECKING:
+    import torch.fx
 
 __all__ = [
     "Diagnostic",
@@ -78,14 +81,23 @@ class Diagnostic:
 
 
 _SOURCE = re.compile(r"(?P<file>.+?):(?P<line>\d+): ?(?P<text>.*)", re.DOTALL)
-_TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)')
+
+
+@functools.cache
+def _torch_dir() -> str | None:
+    """torch's folder, found without importing torch (this module is imported by commands
+    that never build a model); ``None`` when torch is not installed."""
+    spec = importlib.util.find_spec("torch")
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
 
 
 def source_line(node: torch.fx.Node) -> str | None:
     """``file.py:57: code`` for the innermost model frame of ``node.meta['stack_trace']``."""
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    frames = [f for f in frames if not f[0].startswith(_TORCH_DIR)] or frames
+    torch_dir = _torch_dir()
+    if torch_dir is not None:
+        frames = [f for f in frames if not f[0].startswith(torch_dir)] or frames
     if not frames:
         return None
     path, line, code = frames[-1]

@@ -14,15 +14,20 @@ The JSON form is the public contract (``"graphcheck": "<version>"`` first):
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
-from graphcheck.analysis.dataflow import Crossing, CutAnalysis
 from graphcheck.analysis.plan import Stage
 from graphcheck.diagnostics import Diagnostic, group
 from graphcheck.rules.suppress import Ignored, UnusedIgnore
+
+if TYPE_CHECKING:
+    from graphcheck.analysis.dataflow import Crossing, CutAnalysis
 
 __all__ = [
     "CutReport",
@@ -291,8 +296,30 @@ def renders(fmt: str, kind: str) -> bool:
     >>> renders("sarif", "verify"), renders("sarif", "gate"), renders("json", "gate")
     (True, False, True)
     """
-    kinds = getattr(importlib.import_module(f"graphcheck.reporters.{fmt}"), "KINDS", None)
+    kinds = _kinds(fmt)
     return kinds is None or kind in kinds
+
+
+def _kinds(fmt: str) -> frozenset[str] | None:
+    """The ``KINDS`` of reporter ``fmt``, read from its source without running it (a
+    reporter imports the analysis, so torch: an argument check must not); imported when
+    the source does not state it as a literal ``frozenset({...})``.
+
+    >>> sorted(_kinds("sarif")), _kinds("json")
+    (['map', 'verify'], None)
+    """
+    source = resources.files("graphcheck.reporters").joinpath(f"{fmt}.py").read_text("utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["KINDS"]:
+            value = node.value
+            if isinstance(value, ast.Call) and ast.unparse(value.func) == "frozenset":
+                value = value.args[0] if len(value.args) == 1 and not value.keywords else None
+            try:
+                return frozenset(ast.literal_eval(value))
+            except (TypeError, ValueError):
+                module = importlib.import_module(f"graphcheck.reporters.{fmt}")
+                return getattr(module, "KINDS", None)
+    return None
 
 
 def render(result, fmt: str = "text") -> str:
