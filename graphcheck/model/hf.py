@@ -43,10 +43,13 @@ import re
 import traceback
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from graphcheck.errors import ModelLoadError, UsageError
+from graphcheck.model.spec import PREFIX, is_hf_spec
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = [
     "PREFIX",
@@ -60,7 +63,6 @@ __all__ = [
     "parse_settings",
 ]
 
-PREFIX = "hf:"
 TINY: dict[str, object] = {
     "hidden_size": 64,
     "num_attention_heads": 4,
@@ -126,10 +128,6 @@ QUIRKS: dict[str, dict[str, object]] = {
 _TOKEN_ID = re.compile(r"(^|_)token_(id|ids|index)$")
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads")
 _ATTN_KEY = "attn_implementation"
-
-
-def is_hf_spec(spec: object) -> bool:
-    return isinstance(spec, str) and spec.startswith(PREFIX)
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, object]:

@@ -24,9 +24,10 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from graphcheck.errors import ModelLoadError, UsageError
+from graphcheck.errors import ModelLoadError
 from graphcheck.model.dtype import fake_conversions
 from graphcheck.model.modes import ProgramMode, as_program_mode
+from graphcheck.model.spec import parse_spec, require_file
 
 __all__ = [
     "ProgramMode",
@@ -45,16 +46,6 @@ def in_program_mode(model: nn.Module, mode: ProgramMode | str) -> nn.Module:
     return model.train(as_program_mode(mode) is ProgramMode.TRAIN)
 
 
-def parse_spec(spec: str) -> tuple[str, str]:
-    """Split ``MODEL`` into (file or module, factory name)."""
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name.isidentifier():
-        raise UsageError(
-            f"model spec {spec!r} is not 'path/to/file.py:factory' or 'package.module:factory'"
-        )
-    return target, name
-
-
 def resolve_factory(spec: str) -> Callable[[], nn.Module]:
     """The callable named by ``spec``; raises :class:`ModelLoadError`."""
     target, name = parse_spec(spec)
@@ -66,9 +57,8 @@ def resolve_factory(spec: str) -> Callable[[], nn.Module]:
 
 
 def _import_file(path: str):
+    require_file(path)
     file = Path(path)
-    if not file.is_file():
-        raise ModelLoadError(f"file not found: {path}")
     mod_name = "graphcheck_model_" + "_".join(file.resolve().with_suffix("").parts[-3:])
     spec = importlib.util.spec_from_file_location(mod_name, file)
     module = importlib.util.module_from_spec(spec)

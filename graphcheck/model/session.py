@@ -8,9 +8,10 @@ and the stage builders start from.
 (<ProgramMode.TRAIN: 'train'>, True)
 
 Every argument is checked before anything is built: the example batch, the
-``allow_fp32`` globs (:func:`check_globs`), a ``MODEL`` that names a directory, a
-``.py`` file without its factory or a config without ``hf:`` (:func:`check_spec` says
-what to write instead). A module given as an object whose
+``allow_fp32`` globs, a ``MODEL`` that names a directory, a ``.py`` file without its
+factory or a config without ``hf:``, or a ``.py`` that does not exist
+(:func:`~graphcheck.model.spec.check_globs` and :func:`~graphcheck.model.spec.check_spec`,
+torch-free, say what to write instead). A module given as an object whose
 parameters are mostly fp32 (a notebook's model as built, before the bf16 cast) is
 refused with one line that says to pass the factory or cast the module
 (:func:`check_module_dtype`), rather than a GC501 for each of its parameters.
@@ -32,7 +33,7 @@ from graphcheck.errors import LayoutError, ModelLoadError, UsageError, reworded
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
-from graphcheck.model.hf import hf_factory, is_hf_spec
+from graphcheck.model.hf import hf_factory
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import (
     ProgramMode,
@@ -42,6 +43,7 @@ from graphcheck.model.load import (
     in_program_mode,
     resolve_factory,
 )
+from graphcheck.model.spec import check_globs, check_spec, is_hf_spec
 from graphcheck.varlen import example_batch
 
 __all__ = [
@@ -134,106 +136,17 @@ class Session:
         return module
 
 
-def check_globs(globs: Sequence[str], flag: str = "--allow-fp32") -> tuple[str, ...]:
-    """``globs`` as a tuple, or a :class:`UsageError` for one that cannot name a parameter:
-    empty, an unclosed ``[``, a comma or a space (no parameter name holds one).
-
-    >>> check_globs(["*.A_log", "layers.[0-3].*"])
-    ('*.A_log', 'layers.[0-3].*')
-    >>> check_globs(["["])  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    graphcheck.errors.UsageError: --allow-fp32 '[': the '[' is never closed: ...
-    """
-    if isinstance(globs, str):
-        globs = (globs,)
-    for glob in globs:
-        problem = _glob_problem(glob)
-        if problem is not None:
-            raise UsageError(f"{flag} {glob!r}: {problem}")
-    return tuple(globs)
-
-
-def _glob_problem(glob: object) -> str | None:
-    if not isinstance(glob, str) or not glob.strip():
-        return "a glob of parameter names is needed, e.g. '*.router.bias'"
-    if "," in glob or any(ch.isspace() for ch in glob):
-        return "parameter names hold no comma or space; give one glob per --allow-fp32"
-    i = 0
-    while i < len(glob):
-        if glob[i] == "[":
-            j = i + 1 + (glob[i + 1 : i + 2] == "!")
-            j += glob[j : j + 1] == "]"
-            close = glob.find("]", j)
-            if close < 0:
-                return "the '[' is never closed: close the set ([0-3]) or write [[] for a '['"
-            i = close
-        i += 1
-    return None
-
-
-def check_spec(model: object) -> None:
-    """A one-line :class:`UsageError` for a ``MODEL`` that names a file or a directory the
-    wrong way, saying what to write: a directory (with or without ``:factory``) ``hf:DIR``
-    when it holds a ``config.json``, else ``DIR/FILE.py:factory``; a ``.py`` file without
-    ``:factory`` its functions; a config ``.json`` without ``hf:`` that prefix."""
-    if not isinstance(model, str) or is_hf_spec(model):
-        return
-    target, sep, _ = model.rpartition(":")
-    folder = Path(target if sep and target else model)
-    if not folder.is_dir():
-        _check_file(model)
-        return
-    if (folder / "config.json").is_file():
-        raise UsageError(
-            f"MODEL {model!r} is a directory holding a config.json: write hf:{folder} to build "
-            "the transformers model it describes"
-        )
-    files = sorted(p.name for p in folder.glob("*.py"))[:3]
-    shown = f" (it holds {', '.join(files)})" if files else ""
-    raise UsageError(
-        f"MODEL {model!r} is a directory{shown}: write {folder}/FILE.py:factory, the file and "
-        "the function in it that returns the model"
-    )
-
-
-def _check_file(model: str) -> None:
-    """``MODEL`` an existing ``file.py`` or ``config.json`` given without what it needs."""
-    file = Path(model)
-    if not file.is_file():
-        return
-    if file.suffix == ".json":
-        raise UsageError(f"MODEL {model!r} is a JSON file: write hf:{model} to build its config")
-    if file.suffix != ".py":
-        return
-    try:
-        tree = ast.parse(file.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        tree = ast.Module(body=[], type_ignores=[])
-    names = [n.name for n in tree.body if _factory_like(n)]
-    shown = f" (callable without arguments: {', '.join(names[:4])}{', ...' * (len(names) > 4)})"
-    raise UsageError(
-        f"MODEL {model!r} names no factory: write {model}:FACTORY, the function that returns "
-        f"the model{shown if names else ''}"
-    )
-
-
 def _factory(spec: str) -> Callable[[], nn.Module]:
-    """:func:`resolve_factory`, its error for a missing file or factory ending with the
-    nearest name there is (``did you mean fixtures/reference.py?``)."""
+    """:func:`resolve_factory`, its error for a factory missing from the file ending with
+    the nearest name there is (``did you mean reference?``)."""
     try:
         return resolve_factory(spec)
     except ModelLoadError as err:
         target, _, name = spec.rpartition(":")
         file = Path(target)
-        if str(err).startswith("file not found") and file.parent.is_dir():
-            near = difflib.get_close_matches(
-                file.name, [p.name for p in file.parent.glob("*.py")], 1, 0.8
-            )
-            guess = [str(file.parent / near[0])] if near else []
-        elif " has no callable " in str(err) and file.suffix == ".py" and file.is_file():
-            guess = difflib.get_close_matches(name, _top_names(file), 1, 0.75)
-        else:
+        if " has no callable " not in str(err) or file.suffix != ".py" or not file.is_file():
             raise
+        guess = difflib.get_close_matches(name, _top_names(file), 1, 0.75)
         if not guess:
             raise
         raise reworded(err, f"{err}; did you mean {guess[0]}?") from None
@@ -246,16 +159,6 @@ def _top_names(file: Path) -> list[str]:
     except (OSError, SyntaxError, ValueError):
         return []
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
-
-
-def _factory_like(node: ast.stmt) -> bool:
-    """A public top-level function callable without arguments."""
-    if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
-        return False
-    args = node.args
-    return len(args.defaults) == len(args.posonlyargs) + len(args.args) and all(
-        default is not None for default in args.kw_defaults
-    )
 
 
 def check_module_dtype(module: nn.Module, allow_fp32: Sequence[str] = ()) -> None:

@@ -1,0 +1,168 @@
+"""The ``MODEL`` spec and the build's own arguments, checked without importing torch.
+
+``MODEL`` is ``path/to/file.py:factory``, ``package.module:factory`` or ``hf:SPEC``
+(:mod:`graphcheck.model.hf`). What the arguments alone decide is checked here, so a
+typo answers at once instead of after torch's import (``graphcheck verify nosuch.py:f``):
+the spec's syntax (:func:`parse_spec`), a file or folder named the wrong way
+(:func:`check_spec` says what to write instead: ``hf:DIR`` for a folder holding a
+``config.json``, ``FILE.py:factory`` for one of Python files, the factories of a ``.py``
+given without one, ``hf:`` before a config ``.json``), a missing ``.py``
+(:func:`require_file`, with the nearest name there is), and the ``--allow-fp32`` globs
+(:func:`check_globs`). A factory missing from an existing file needs the file imported:
+:mod:`graphcheck.model.session` says that one.
+
+>>> parse_spec("fixtures/reference.py:reference")
+('fixtures/reference.py', 'reference')
+>>> is_hf_spec("hf:llama"), is_hf_spec("fixtures/reference.py:reference")
+(True, False)
+>>> check_spec("fixtures")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+graphcheck.errors.UsageError: MODEL 'fixtures' is a directory (...): write fixtures/FILE.py:...
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+
+from graphcheck.errors import ModelLoadError, UsageError
+
+__all__ = ["PREFIX", "check_globs", "check_spec", "is_hf_spec", "parse_spec", "require_file"]
+
+PREFIX = "hf:"  # a transformers model: hf:<model_type> or hf:path/to/config.json
+
+
+def is_hf_spec(spec: object) -> bool:
+    return isinstance(spec, str) and spec.startswith(PREFIX)
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split ``MODEL`` into (file or module, factory name); a :class:`UsageError` when
+    it is neither form."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        raise UsageError(
+            f"model spec {spec!r} is not 'path/to/file.py:factory' or 'package.module:factory'"
+        )
+    return target, name
+
+
+def require_file(path: str) -> None:
+    """A :class:`ModelLoadError` when the ``.py`` file ``path`` does not exist, ending with
+    the nearest file name in its folder (``did you mean fixtures/reference.py?``).
+
+    >>> require_file("fixtures/refrence.py")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphcheck.errors.ModelLoadError: file not found: ...; did you mean fixtures/reference.py?
+    """
+    file = Path(path)
+    if file.is_file():
+        return
+    near = []
+    if file.parent.is_dir():
+        names = [p.name for p in file.parent.glob("*.py")]
+        near = difflib.get_close_matches(file.name, names, 1, 0.8)
+    guess = f"; did you mean {file.parent / near[0]}?" if near else ""
+    raise ModelLoadError(f"file not found: {path}{guess}")
+
+
+def check_spec(model: object) -> None:
+    """A one-line error for a ``MODEL`` string the arguments alone show is wrong: a
+    directory (with or without ``:factory``) ``hf:DIR`` when it holds a ``config.json``,
+    else ``DIR/FILE.py:factory``; a ``.py`` file without ``:factory`` its functions; a
+    config ``.json`` without ``hf:`` that prefix; not ``target:factory``; a ``.py`` that
+    does not exist. Anything but a string (a factory, a module) passes."""
+    if not isinstance(model, str) or is_hf_spec(model):
+        return
+    target, sep, _ = model.rpartition(":")
+    folder = Path(target if sep and target else model)
+    if folder.is_dir():
+        _folder(model, folder)
+    _check_file(model)
+    target, _ = parse_spec(model)
+    if target.endswith(".py"):
+        require_file(target)
+
+
+def _folder(model: str, folder: Path) -> None:
+    if (folder / "config.json").is_file():
+        raise UsageError(
+            f"MODEL {model!r} is a directory holding a config.json: write hf:{folder} to build "
+            "the transformers model it describes"
+        )
+    files = sorted(p.name for p in folder.glob("*.py"))[:3]
+    shown = f" (it holds {', '.join(files)})" if files else ""
+    raise UsageError(
+        f"MODEL {model!r} is a directory{shown}: write {folder}/FILE.py:factory, the file and "
+        "the function in it that returns the model"
+    )
+
+
+def _check_file(model: str) -> None:
+    """``MODEL`` an existing ``file.py`` or ``config.json`` given without what it needs."""
+    file = Path(model)
+    if not file.is_file():
+        return
+    if file.suffix == ".json":
+        raise UsageError(f"MODEL {model!r} is a JSON file: write hf:{model} to build its config")
+    if file.suffix != ".py":
+        return
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        tree = ast.Module(body=[], type_ignores=[])
+    names = [n.name for n in tree.body if _factory_like(n)]
+    shown = f" (callable without arguments: {', '.join(names[:4])}{', ...' * (len(names) > 4)})"
+    raise UsageError(
+        f"MODEL {model!r} names no factory: write {model}:FACTORY, the function that returns "
+        f"the model{shown if names else ''}"
+    )
+
+
+def _factory_like(node: ast.stmt) -> bool:
+    """A public top-level function callable without arguments."""
+    if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+        return False
+    args = node.args
+    return len(args.defaults) == len(args.posonlyargs) + len(args.args) and all(
+        default is not None for default in args.kw_defaults
+    )
+
+
+def check_globs(globs: Sequence[str], flag: str = "--allow-fp32") -> tuple[str, ...]:
+    """``globs`` as a tuple, or a :class:`UsageError` for one that cannot name a parameter:
+    empty, an unclosed ``[``, a comma or a space (no parameter name holds one).
+
+    >>> check_globs(["*.A_log", "layers.[0-3].*"])
+    ('*.A_log', 'layers.[0-3].*')
+    >>> check_globs(["["])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphcheck.errors.UsageError: --allow-fp32 '[': the '[' is never closed: ...
+    """
+    if isinstance(globs, str):
+        globs = (globs,)
+    for glob in globs:
+        problem = _glob_problem(glob)
+        if problem is not None:
+            raise UsageError(f"{flag} {glob!r}: {problem}")
+    return tuple(globs)
+
+
+def _glob_problem(glob: object) -> str | None:
+    if not isinstance(glob, str) or not glob.strip():
+        return "a glob of parameter names is needed, e.g. '*.router.bias'"
+    if "," in glob or any(ch.isspace() for ch in glob):
+        return "parameter names hold no comma or space; give one glob per --allow-fp32"
+    i = 0
+    while i < len(glob):
+        if glob[i] == "[":
+            j = i + 1 + (glob[i + 1 : i + 2] == "!")
+            j += glob[j : j + 1] == "]"
+            close = glob.find("]", j)
+            if close < 0:
+                return "the '[' is never closed: close the set ([0-3]) or write [[] for a '['"
+            i = close
+        i += 1
+    return None
