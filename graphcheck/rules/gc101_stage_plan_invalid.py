@@ -44,6 +44,7 @@ __all__ = [
     "SUMMARY",
     "check",
     "cuts_from_fqns",
+    "layout_counts",
     "parse_cuts",
     "parse_fqns_per_stage",
     "parse_layout",
@@ -164,6 +165,22 @@ def parse_layout(text: str, num_layers: int) -> list[int]:
     >>> parse_layout("E|t*4|t*3|tL", 8), parse_layout("Ett|ttL", 4), parse_layout("Et*2|L", 2)
     ([0, 4, 7], [2], [2])
     """
+    counts = layout_counts(text)
+    if sum(counts) != num_layers:
+        raise UsageError(
+            f"{_PREFIX}: --layout {text!r} holds {sum(counts)} decoder layers (t); "
+            f"the model has {num_layers}"
+        )
+    return list(plan_from_cuts(list(itertools.accumulate(counts[:-1])), num_layers).cuts)
+
+
+def layout_counts(text: str) -> list[int]:
+    """The decoder layers of each stage of a layout string, its syntax checked without the
+    model (so before it is built); raises :class:`UsageError`.
+
+    >>> layout_counts("E|t*4|(tt|)*2tL")
+    [0, 4, 2, 2, 1]
+    """
     stages = _expand(text).split("|")
     where = f"--layout {text!r}"
     bad = sorted(set("".join(stages)) - set(_LAYOUT_LETTERS))
@@ -173,12 +190,7 @@ def parse_layout(text: str, num_layers: int) -> list[int]:
             "L (loss/head), | (between stages) and X*N (repeat)"
         )
     _edges_in_place(stages, where)
-    counts = [stage.count("t") for stage in stages]
-    if sum(counts) != num_layers:
-        raise UsageError(
-            f"{_PREFIX}: {where} holds {sum(counts)} decoder layers (t); the model has {num_layers}"
-        )
-    return list(plan_from_cuts(list(itertools.accumulate(counts[:-1])), num_layers).cuts)
+    return [stage.count("t") for stage in stages]
 
 
 def _expand(text: str) -> str:
