@@ -357,10 +357,6 @@ def _split(text: str | None) -> list[str] | None:
 
 
 def _run(args: argparse.Namespace) -> tuple[str, int]:
-    if args.command in ("check", "lock"):
-        from graphcheck.project.commands import run_command
-
-        return run_command(args)
     from graphcheck import api
     from graphcheck.model.hf import parse_settings
     from graphcheck.report import render
@@ -489,6 +485,10 @@ def _check_html(args: argparse.Namespace) -> None:
 def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     """``_run``, or its report from the export cache (:mod:`graphcheck.cache`) when the
     model code and every option are unchanged; a finished run (exit 0 or 1) is stored."""
+    if args.command in ("check", "lock"):  # looks each check up in the cache itself
+        from graphcheck.project.commands import run_command
+
+        return run_command(args, fresh=lambda: _fresh(args.progress))
     from graphcheck.cache import ResultCache
 
     no_cache = getattr(args, "no_cache", True)  # commands without the flags: no cache
@@ -502,13 +502,21 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     # options passed them in the same graphcheck (its source hash is in the key)
     _check_html(args)
     _check_codes(args)
-    from graphcheck.reporters.progress import shown
-
-    with shown(sys.stderr, args.progress), _prints_to_stderr(), _quiet():
+    with _fresh(args.progress):
         rendered, code = _run(args)
     if cache is not None:
         cache.save(rendered, code)
     return rendered, code
+
+
+@contextlib.contextmanager
+def _fresh(progress: bool | None):
+    """Around a run that builds models: its phases shown, what the model code prints on
+    stderr, torch's logging and warnings quiet (cache notes go outside it: they are seen)."""
+    from graphcheck.reporters.progress import shown
+
+    with shown(sys.stderr, progress), _prints_to_stderr(), _quiet():
+        yield
 
 
 def _check_inputs(args: argparse.Namespace) -> None:

@@ -2,12 +2,18 @@
 
 Imported by :mod:`graphcheck.cli` when it builds its parser, so this module imports
 nothing heavy at module level (``graphcheck --help`` stays fast); the run imports
-:mod:`graphcheck.project.check` when it starts.
+:mod:`graphcheck.project.check` when it starts, and torch only for a check it runs
+afresh: each check is looked up in the export cache first (``--no-cache``,
+``--cache-dir``, and the environment variables ``verify`` honours:
+:mod:`graphcheck.cache.store`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 __all__ = ["COMMANDS", "add_parsers", "run_command"]
 
@@ -33,6 +39,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         help="show the phases and their times on stderr (default: when stderr is a terminal)",
+    )
+    group = parser.add_argument_group(
+        "export cache (a check whose model code and table are unchanged is not re-exported)"
+    ).add_mutually_exclusive_group()
+    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    group.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the cache folder (default $GRAPHCHECK_CACHE_DIR, else $XDG_CACHE_HOME/graphcheck "
+        "or ~/.cache/graphcheck; GRAPHCHECK_NO_CACHE=1 turns it off)",
     )
 
 
@@ -61,19 +77,27 @@ def add_parsers(sub) -> None:
     lock.add_argument("--format", choices=_FORMATS, default="text")
 
 
-def run_command(args: argparse.Namespace) -> tuple[str, int]:
-    """Run ``check`` or ``lock``: the rendered result and the exit status."""
+def run_command(
+    args: argparse.Namespace,
+    fresh: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+) -> tuple[str, int]:
+    """Run ``check`` or ``lock``: the rendered result and the exit status; a check that
+    is not in the cache runs inside ``fresh()``."""
+    from graphcheck.cache import resolve_folder
     from graphcheck.errors import UsageError
     from graphcheck.project.check import run_project
     from graphcheck.project.output import render_check
 
     if args.command == "check" and args.update and not args.locked:
         raise UsageError("--update rewrites the lock a --locked check compares with: add --locked")
+    folder = resolve_folder(args.cache_dir, no_cache=args.no_cache)  # before any export
     result = run_project(
         args.config,
         args.pattern,
         locked=args.command == "check" and args.locked,
         update=args.command == "check" and args.update,
         lock=args.command == "lock",
+        cache=folder,
+        fresh=fresh,
     )
     return render_check(result, args.format), result.exit_code

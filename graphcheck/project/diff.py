@@ -25,8 +25,7 @@ import difflib
 from dataclasses import dataclass
 from enum import StrEnum
 
-from graphcheck.diagnostics import source_line
-from graphcheck.project.lock import ModelState
+from graphcheck.project.lockfile import ModelState
 
 __all__ = ["Change", "ChangeKind", "LockDiff", "describe_ops", "diff_lock", "span"]
 
@@ -141,6 +140,12 @@ def _near(new: list[tuple], j: int) -> str:
     return f" before {new[j][0]}" if j < len(new) else " at the end"
 
 
+def _line(state: ModelState, part: int | str, at: int | None) -> str | None:
+    """The model source line of op ``at`` of a layer or edge in this run, if known."""
+    lines = state.lines.get(part, [])
+    return lines[at] if at is not None and at < len(lines) else None
+
+
 def _layer_changes(name: str, old: dict, state: ModelState) -> list[Change]:
     new = state.entry
     locked = {i: fp for i, fp, _ in old.get("layers", [])}
@@ -151,9 +156,7 @@ def _layer_changes(name: str, old: dict, state: ModelState) -> list[Change]:
         elif locked[i] != fingerprint:
             before = old["programs"].get(locked[i], [])
             words, at = describe_ops(before, new["programs"][fingerprint])
-            records = state.records.get(i, [])
-            where = source_line(records[at]) if at is not None and at < len(records) else None
-            found.append((i, words, where))
+            found.append((i, words, _line(state, i, at)))
     gone = sorted(set(locked) - {i for i, _, _ in new["layers"]})
     found += [(i, "layer removed (the lock has it, this run does not)", None) for i in gone]
     return [
@@ -174,10 +177,8 @@ def _edge_changes(name: str, old: dict, state: ModelState) -> list[Change]:
             continue
         before = old["programs"].get(locked.get(edge), [])
         words, at = describe_ops(before, state.entry["programs"][fingerprint])
-        records = state.records.get(edge, [])
-        where = source_line(records[at]) if at is not None and at < len(records) else None
         message = f"{_EDGE_NAMES.get(edge, edge)}: {words}"
-        changes.append(Change(ChangeKind.EDGE, name, message, True, where))
+        changes.append(Change(ChangeKind.EDGE, name, message, True, _line(state, edge, at)))
     return changes
 
 

@@ -22,22 +22,11 @@ Per model (keyed by its check's name):
 
 and once, the ``versions`` of graphcheck, torch and transformers.
 
-The format is JSON, written with one fact per line: a record (a list starting with a
-scalar) on one line, every object key on its own line, keys sorted. JSON because both
-reading and writing are in the standard library and round-trip exactly (``tomllib``
-reads TOML but nothing writes it), and one fact per line because a reviewer reads the
-lock's diff in the pull request: a changed window is one changed op line and the layer
-lines that point at the new fingerprint.
+The file's layout (JSON, one fact per line), reading and writing it:
+:mod:`graphcheck.project.lockfile`, which imports no torch. This module computes an
+entry from an export (a :class:`~graphcheck.project.lockfile.ModelState`: the entry and
+each op's model source line, which locates a change in words).
 
->>> print(dumps({"b": [[0, "fp", "dense"]], "a": {"x": 1}}), end="")
-{
-  "a": {
-    "x": 1
-  },
-  "b": [
-    [0, "fp", "dense"]
-  ]
-}
 >>> compact_op("torch_attn._varlen_attn.default", "(FakeTensor, FakeTensor)",
 ...            [("query", "%"), ("window_size", "[8, 0]")])
 ['torch_attn._varlen_attn', '(Tensor, Tensor)', 'window_size=[8, 0]']
@@ -49,18 +38,16 @@ import hashlib
 import inspect
 import json
 import os
-from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import torch
 
-from graphcheck._version import __version__
 from graphcheck.analysis.regions import Region, RegionKind
-from graphcheck.errors import UsageError
-from graphcheck.report import Report
+from graphcheck.diagnostics import source_line
+from graphcheck.project.lockfile import FORMAT, ModelState, dumps, read_lock, versions, write_lock
+from graphcheck.project.record import PlanResult
 from graphcheck.reporters.view.kinds import layer_kinds
-from graphcheck.stages.fingerprint import NodeRecord, Provenance, part_of
+from graphcheck.stages.fingerprint import Provenance, part_of
 
 __all__ = [
     "EDGES",
@@ -75,27 +62,8 @@ __all__ = [
     "write_lock",
 ]
 
-FORMAT = 1  # the lock's "lock" field: bumped when its layout changes
 EDGES = (RegionKind.INPUT, RegionKind.GLUE, RegionKind.OUTPUT)  # the parts outside the layers
 _TORCH_DIR = Path(torch.__file__).resolve().parent
-
-
-@dataclass
-class ModelState:
-    """One model's lock entry, and the current run's op records per layer (their stack
-    traces locate a change; the lock keeps no line numbers, so a comment moves nothing)."""
-
-    entry: dict
-    records: dict[int | str, list[NodeRecord]] = field(default_factory=dict)  # layer or edge
-
-
-def versions() -> dict[str, str]:
-    """graphcheck's, torch's and transformers' versions (``none``: not installed)."""
-    try:
-        transformers = metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        transformers = "none"
-    return {"graphcheck": __version__, "torch": torch.__version__, "transformers": transformers}
 
 
 def compact_op(op: str, value: str, args) -> list[str]:
@@ -167,27 +135,30 @@ def _portable(spec: str, folder: Path) -> str:
 
 
 def _part(program, region: Region, provenance: Provenance, programs: dict) -> tuple[str, list]:
-    """The fingerprint of ``region``'s part (its ops stored in ``programs``) and its records."""
+    """The fingerprint of ``region``'s part (its ops stored in ``programs``) and the model
+    source line of each of its ops."""
     part = part_of(program, region, provenance)
     ops = [compact_op(r.op, r.value, r.args) for r in part.ops]
     fingerprint = _fingerprint(part.hash, ops)
     programs[fingerprint] = ops
-    return fingerprint, part.ops
+    return fingerprint, [source_line(r) for r in part.ops]
 
 
-def model_state(explorer, spec: str, options: dict, plans: dict[str, Report], folder: Path):
+def model_state(
+    explorer, spec: str, options: dict, plans: dict[str, PlanResult], folder: Path
+) -> ModelState:
     """The lock entry of one model: its layers, its edges (input modules, model-level code,
     output modules) and their programs, its boundaries (the map, from ``explorer``'s
-    export), its ``plans`` (name -> verify report) and sources."""
+    export), its ``plans`` (name -> result) and sources."""
     program = explorer.program
     provenance = Provenance(program)
     cut_map = explorer.map()
-    layers, edges, programs, records = [], [], {}, {}
+    layers, edges, programs, lines = [], [], {}, {}
     for i, kind in enumerate(layer_kinds(program)):
-        fingerprint, records[i] = _part(program, Region(RegionKind.LAYER, i), provenance, programs)
+        fingerprint, lines[i] = _part(program, Region(RegionKind.LAYER, i), provenance, programs)
         layers.append([i, fingerprint, kind.label])
     for edge in EDGES:
-        fingerprint, records[edge] = _part(program, Region(edge), provenance, programs)
+        fingerprint, lines[str(edge)] = _part(program, Region(edge), provenance, programs)
         edges.append([str(edge), fingerprint])
     entry = {
         "model": _portable(spec, folder),
@@ -199,63 +170,7 @@ def model_state(explorer, spec: str, options: dict, plans: dict[str, Report], fo
             for c in cut_map.cuts
         ],
         "findings": sorted({d.code for d in cut_map.errors if d.cut is None}),
-        "plans": [
-            [name, r.verdict, sorted({d.code for d in r.errors})] for name, r in plans.items()
-        ],
+        "plans": [[name, p.verdict, list(p.errors)] for name, p in plans.items()],
         "sources": source_hashes(explorer.session.module, _spec_files(spec, options), folder),
     }
-    return ModelState(entry, records)
-
-
-def dumps(value, indent: int = 0) -> str:
-    """``value`` as JSON with one fact per line (see the module doc), newline-terminated."""
-    return _dump(value, indent) + "\n"
-
-
-def _dump(value, indent: int) -> str:
-    pad, inner = "  " * indent, "  " * (indent + 1)
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        items = [f"{inner}{json.dumps(k)}: {_dump(value[k], indent + 1)}" for k in sorted(value)]
-        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
-    if isinstance(value, list) and value and isinstance(value[0], list | dict):
-        items = [f"{inner}{_dump(v, indent + 1)}" for v in value]
-        return "[\n" + ",\n".join(items) + f"\n{pad}]"
-    return json.dumps(value, ensure_ascii=False)
-
-
-def write_lock(path: Path, models: dict[str, dict]) -> None:
-    """Write the lock of ``models`` (name -> entry) with the current versions."""
-    data = {"lock": FORMAT, "versions": versions(), "models": models}
-    path.write_text(dumps(data), encoding="utf-8")
-
-
-def read_lock(path: Path) -> dict:
-    """The lock at ``path``; a :class:`UsageError` (exit 2, one line) when it is missing
-    or not a lock this graphcheck writes."""
-    if not path.is_file():
-        raise UsageError(f"no {path.name} next to {path.parent}: run graphcheck lock first")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{path}: not a graphcheck lock ({err}); run graphcheck lock") from None
-    if not isinstance(data, dict) or data.get("lock") != FORMAT or "models" not in data:
-        raise UsageError(f"{path}: not a lock of this graphcheck's format; run graphcheck lock")
-    models = data["models"]
-    broken = [
-        f"{name}.{key}"
-        for name, entry in (models.items() if isinstance(models, dict) else [("models", {})])
-        for key, kind in _SHAPE.items()
-        if not isinstance(entry, dict) or not isinstance(entry.get(key), kind)
-    ]
-    if broken or not isinstance(data.get("versions"), dict):
-        what = broken[0] if broken else "versions"
-        raise UsageError(f"{path}: {what} is missing or malformed; run graphcheck lock")
-    return data
-
-
-_SHAPE = {
-    "layers": list, "edges": list, "programs": dict, "boundaries": list, "findings": list,
-    "plans": list, "sources": dict,
-}  # fmt: skip
+    return ModelState(entry, lines)

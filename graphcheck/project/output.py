@@ -1,7 +1,10 @@
 """A :class:`~graphcheck.project.check.CheckResult` in every format the reports have.
 
-Each (model, plan) report is rendered by its own reporter through the seam
-(:func:`graphcheck.report.render`) and the parts are joined:
+Each (model, plan) report was rendered by its own reporter through the seam
+(:func:`graphcheck.report.render`) when its check ran, and kept in plain data
+(:class:`~graphcheck.project.record.PlanResult`); this module only joins the parts, so a
+check served from the cache prints what its fresh run printed, and rendering imports
+neither torch nor the reporters:
 
 * ``text``: each check under a heading, a line per proven plan and the whole text report
   of a failing one, the lock's changes, and last the ``verdict:`` line (the one
@@ -27,7 +30,8 @@ from pathlib import Path
 from graphcheck.errors import UsageError
 from graphcheck.project.check import CheckResult
 from graphcheck.project.diff import Change, ChangeKind
-from graphcheck.report import Report, render
+from graphcheck.project.record import PlanResult
+from graphcheck.reporters import json as json_reporter  # imports no torch, as the others do
 
 __all__ = ["FORMATS", "render_check"]
 
@@ -44,7 +48,7 @@ def render_check(result: CheckResult, fmt: str = "text") -> str:
 
 
 def _json(result: CheckResult) -> str:
-    return render(result, "json")
+    return json_reporter.render(result)
 
 
 def _count(n: int, noun: str) -> str:
@@ -75,12 +79,11 @@ def _summary(result: CheckResult) -> str:
     return f"verdict: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
 
 
-def _plan_line(plan: str, report: Report) -> str:
+def _plan_line(plan: str, report: PlanResult) -> str:
     """A plan in one line (a proven one, or any under ``lock``): ``cuts 3: PASS (1/1 cuts
     proven)``; a failing plan under ``check`` gets its whole text report instead."""
-    proven = sum(c.verdict == "pass" for c in report.cuts)
-    codes = ", ".join(sorted({d.code for d in report.errors}))
-    return f"  {plan}: {report.verdict.upper()} ({proven}/{len(report.cuts)} cuts proven)" + (
+    codes = ", ".join(report.errors)
+    return f"  {plan}: {report.verdict.upper()} ({report.proven}/{report.cuts} cuts proven)" + (
         f" {codes}\n" if codes else "\n"
     )
 
@@ -95,7 +98,7 @@ def _text(result: CheckResult) -> str:
             if result.command == "lock" or report.verdict == "pass":
                 out.append(_plan_line(plan, report))
             else:
-                out.append(f"-- {plan} --\n{render(report, 'text')}")
+                out.append(f"-- {plan} --\n{report.text}")
     if result.diff is not None:
         out.append(f"== lock: {_count(len(result.diff.changes), 'change')} ==\n")
         lines = [line for c in result.diff.changes for line in _change_lines(c)]
@@ -146,11 +149,8 @@ def _lock_rules() -> list[dict]:
 
 
 def _sarif(result: CheckResult) -> str:
-    logs = [(run, plan, json.loads(render(r, "sarif"))) for run, plan, r in result.reports]
-    if logs:
-        base = logs[0][2]
-    else:
-        base = json.loads(render(Report(model="", num_layers=0, mode="verify"), "sarif"))
+    logs = [(run, plan, json.loads(r.sarif)) for run, plan, r in result.reports]
+    base = logs[0][2] if logs else _empty_log()
     results = []
     for run, plan, log in logs:
         for found in log["runs"][0]["results"]:
@@ -163,6 +163,14 @@ def _sarif(result: CheckResult) -> str:
         merged["results"] += [_lock_result(c, result.config) for c in result.diff.changes]
     merged["properties"] = {"mode": "check", "verdict": result.verdict}
     return json.dumps(base, indent=2) + "\n"
+
+
+def _empty_log() -> dict:
+    """The SARIF log of a verify report without findings (no plan ran: every check could
+    not run, so none came from the cache and the reporters are loaded anyway)."""
+    from graphcheck.report import Report, render
+
+    return json.loads(render(Report(model="", num_layers=0, mode="verify"), "sarif"))
 
 
 def _cell(text: str) -> str:
@@ -186,7 +194,7 @@ def _markdown(result: CheckResult) -> str:
     for run, plan, report in result.reports:
         parts += [
             f"**{_cell(run.check.name)}** · {_cell(plan)}",
-            render(report, "markdown").strip(),
+            report.markdown.strip(),
         ]
     return "\n\n".join(parts) + "\n"
 
