@@ -498,10 +498,6 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     hit = cache.load() if cache is not None else None
     if hit is not None:
         return hit
-    # checked after the lookup, as they import the reporters (so torch): a stored report's
-    # options passed them in the same graphcheck (its source hash is in the key)
-    _check_html(args)
-    _check_codes(args)
     with _fresh(args.progress):
         rendered, code = _run(args)
     if cache is not None:
@@ -519,15 +515,71 @@ def _fresh(progress: bool | None):
         yield
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Every mistake the arguments alone show, in one place before the cache lookup and
+    anything heavy: torch loads only when a model is built, so these answer at once (one
+    line, exit 2). Mistakes that need the model (a ``--set`` key, ``--stages`` past the
+    layer count, a factory missing from its file) are said when it is built."""
+    _check_inputs(args)
+    if args.command in ("check", "lock"):
+        _check_project(args)
+        return
+    _check_html(args)
+    _check_codes(args)
+    _check_plan(args)
+    _check_build(args)
+    _check_builder(args)  # last: it imports the stage builders (torch)
+
+
 def _check_inputs(args: argparse.Namespace) -> None:
-    """The files the run will write and the stage builder it will call, checked before
-    any build or export (a typo costs one line, not a whole run)."""
+    """The files the run will write, checked before any build or export (a typo costs
+    one line, not a whole run)."""
     for flag in ("output", "html"):
         path = getattr(args, flag, None)
         if path is not None:
             _check_writable(f"--{flag.replace('_', '-')}", path)
     if getattr(args, "doc_length", 1) < 1:
         raise UsageError(f"--doc-length {args.doc_length} must be at least 1 (tokens)")
+
+
+def _check_project(args: argparse.Namespace) -> None:
+    """``check``/``lock``: the configuration and ``-k``, read without the checks (torch)."""
+    from graphcheck.project.config import load_config
+
+    load_config(args.config).selected(args.pattern)
+
+
+def _check_plan(args: argparse.Namespace) -> None:
+    """The syntax of ``--cuts``, ``--layout`` and ``--fqns-per-stage`` (GC101)."""
+    from graphcheck.rules import gc101_stage_plan_invalid as gc101
+
+    if getattr(args, "cuts", None) is not None:
+        gc101.parse_cuts(args.cuts)
+    if getattr(args, "layout", None) is not None:
+        gc101.layout_counts(args.layout)
+    if getattr(args, "fqns_per_stage", None) is not None:
+        gc101.parse_fqns_per_stage(args.fqns_per_stage)
+
+
+def _check_build(args: argparse.Namespace) -> None:
+    """``MODEL`` (:func:`graphcheck.model.spec.check_spec`), ``--set KEY=VALUE``,
+    ``--allow-fp32``, the ``--kernels`` file and the example batch (``--docs``,
+    ``--tokens``, ``--token-multiple``)."""
+    from graphcheck.model.hf import parse_settings
+    from graphcheck.model.spec import check_globs, check_spec, require_file
+    from graphcheck.varlen import example_batch
+
+    check_spec(args.model)
+    parse_settings(args.settings)
+    check_globs(args.allow_fp32)
+    if args.kernels is not None:
+        require_file(args.kernels, "kernels file")
+    if hasattr(args, "tokens"):
+        example_batch(_example_docs(args.docs), args.tokens, args.token_multiple)
+
+
+def _check_builder(args: argparse.Namespace) -> None:
+    """``--stage-builder``: a builtin name, or a function its file or module holds."""
     if getattr(args, "stage_builder", None) is not None:
         from graphcheck.stages.builders import check_builder
 
@@ -682,7 +734,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "rules":
             sys.stdout.write(_rules(args.code))
             return 0
-        _check_inputs(args)
+        _check_arguments(args)
         rendered, code = _cached_run(args)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:

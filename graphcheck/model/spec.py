@@ -7,9 +7,9 @@ the spec's syntax (:func:`parse_spec`), a file or folder named the wrong way
 (:func:`check_spec` says what to write instead: ``hf:DIR`` for a folder holding a
 ``config.json``, ``FILE.py:factory`` for one of Python files, the factories of a ``.py``
 given without one, ``hf:`` before a config ``.json``), a missing ``.py``
-(:func:`require_file`, with the nearest name there is), and the ``--allow-fp32`` globs
-(:func:`check_globs`). A factory missing from an existing file needs the file imported:
-:mod:`graphcheck.model.session` says that one.
+(:func:`require_file`, with the nearest name there is; a ``--kernels`` file too), and the
+``--allow-fp32`` globs (:func:`check_globs`). A factory missing from an existing file
+needs the file imported: :mod:`graphcheck.model.session` says that one.
 
 >>> parse_spec("fixtures/reference.py:reference")
 ('fixtures/reference.py', 'reference')
@@ -49,9 +49,10 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return target, name
 
 
-def require_file(path: str) -> None:
-    """A :class:`ModelLoadError` when the ``.py`` file ``path`` does not exist, ending with
-    the nearest file name in its folder (``did you mean fixtures/reference.py?``).
+def require_file(path: str, what: str = "file") -> None:
+    """A :class:`ModelLoadError` when the ``.py`` file ``path`` (a model's, a kernels
+    file: ``what``) does not exist, ending with the nearest file name in its folder
+    (``did you mean fixtures/reference.py?``).
 
     >>> require_file("fixtures/refrence.py")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -65,7 +66,7 @@ def require_file(path: str) -> None:
         names = [p.name for p in file.parent.glob("*.py")]
         near = difflib.get_close_matches(file.name, names, 1, 0.8)
     guess = f"; did you mean {file.parent / near[0]}?" if near else ""
-    raise ModelLoadError(f"file not found: {path}{guess}")
+    raise ModelLoadError(f"{what} not found: {path}{guess}")
 
 
 def check_spec(model: object) -> None:
