@@ -68,6 +68,85 @@ def test_answers_without_importing_torch(argv, code, says):
     assert not result["torch"], f"{argv} imported torch"
 
 
+REF = "fixtures/reference.py:reference"
+
+# Argument errors the arguments alone decide: (argv, words of the one error line).
+ARGUMENT_ERRORS = [
+    (["verify", REF, "--cuts", "x"], "--cuts 'x' is not a comma-separated list"),
+    (["gate", REF, "--cuts", "4,x"], "--cuts '4,x' is not a comma-separated list"),
+    (["verify", REF, "--layout", "E|x|L"], "--layout 'E|x|L' holds 'x'"),
+    (["verify", REF, "--layout", "t*4|t*4L"], "the embedding E must open the first stage"),
+    (["verify", REF, "--fqns-per-stage", "[["], "is not a JSON list of lists"),
+    (["map", REF, "--select", "GC9"], "--select GC9: no graphcheck code starts with GC9"),
+    (["verify", REF, "--cuts", "4", "--ignore", "XY1"], "--ignore XY1"),
+    (["verify", REF, "--cuts", "4", "--format", "html"], "use it with graphcheck map or plan"),
+    (["plan", REF, "--stages", "2", "--format", "markdown"], "does not render graphcheck plan"),
+    (["map", REF, "--output", "/nonexistent/r.json"], "the folder /nonexistent does not exist"),
+    (["map", REF, "--html", "/nonexistent/x.html"], "the folder /nonexistent does not exist"),
+    (["map", REF, "--docs", "a"], "--docs 'a' is not a count"),
+    (["map", REF, "--tokens", "1"], "--tokens 1 cannot hold"),
+    (["map", REF, "--token-multiple", "0"], "--token-multiple must be a positive"),
+    (["map", "hf:llama", "--set", "layers"], "--set 'layers' is not KEY=VALUE"),
+    (["map", REF, "--allow-fp32", "["], "the '[' is never closed"),
+    (["map", REF, "--doc-length", "0"], "--doc-length 0 must be at least 1"),
+    (["map", REF, "--cache-dir", "README.md"], "--cache-dir README.md: not a folder"),
+    (["map", REF, "--kernels", "missing.py"], "kernels file not found: missing.py"),
+    (["verify", "nosuch.py:f", "--cuts", "2"], "file not found: nosuch.py"),
+    (["verify", "fixtures/refrence.py:reference"], "did you mean fixtures/reference.py?"),
+    (["verify", "fixtures", "--cuts", "2"], "is a directory"),
+    (["verify", "fixtures/reference.py", "--cuts", "2"], "names no factory"),
+    (["map", "fixtures/configs/llama-3.1-8b.json"], "is a JSON file: write hf:"),
+    (["verify", "no-colon", "--cuts", "2"], "is not 'path/to/file.py:factory'"),
+    (["check", "--config", "nosuch.toml"], "--config nosuch.toml: no such file"),
+    (["check", "-k", "x"], "no graphcheck.toml or pyproject.toml with [tool.graphcheck]"),
+    (["lock", "--config", "examples/graphcheck.toml", "-k", "nothing"], "selects no check"),
+]  # fmt: skip
+
+# Runs every case in one fresh interpreter; after each, its exit status, its error line
+# and whether torch is loaded (once loaded it stays: the first case that loads it shows).
+LOOP = """
+import contextlib, io, json, sys
+from graphcheck.cli import main
+found = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(argv)
+    found.append([code, err.getvalue(), "torch" in sys.modules])
+print(json.dumps(found))
+"""
+
+
+def test_argument_errors_answer_without_importing_torch(tmp_path):
+    """Each case is exit 2 with its one line, torch not loaded; a last case that builds a
+    model shows the loop sees torch (an empty stand-in package: no real torch import)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    argvs = [argv for argv, _ in ARGUMENT_ERRORS] + [["verify", REF, "--cuts", "1"]]
+    done = subprocess.run(
+        [sys.executable, "-c", LOOP, json.dumps(argvs)], capture_output=True, text=True,
+        cwd=ROOT, timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    *found, built = json.loads(done.stdout)
+    for (argv, words), (code, err, torch) in zip(ARGUMENT_ERRORS, found, strict=True):
+        assert (code, err.count("\n")) == (2, 1), (argv, err)
+        assert err.startswith("graphcheck: error: ") and words in err, (argv, err)
+        assert not torch, f"{argv} imported torch"
+    assert built[2], "the loop did not see torch loaded by a model build"
+
+
+def test_reporter_kinds_read_from_source_are_the_modules_own():
+    """``renders`` reads each reporter's ``KINDS`` from its source (no torch): the same
+    set the module itself holds."""
+    import importlib
+
+    from graphcheck.report import _kinds, formats
+
+    for fmt in formats():
+        module = importlib.import_module(f"graphcheck.reporters.{fmt}")
+        assert _kinds(fmt) == getattr(module, "KINDS", None), fmt
+
+
 def test_the_probe_sees_torch_when_a_model_is_built(tmp_path):
     """The probe above would pass if it could not see torch: building a model imports it
     (here an empty stand-in package, so the check costs no real torch import)."""
