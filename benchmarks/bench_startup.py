@@ -1,5 +1,9 @@
 """First-use latency: whole-process wall time of the commands that build no model.
 
+An argument error past argparse (``--cuts x``: checked by graphcheck, not by argparse's
+own choices) is one of them: every error the arguments alone decide answers before
+torch is imported.
+
 Each command runs as a new process (interpreter start, imports, argument parsing,
 output), as a user types it; the figure is the best of ``--repeat`` runs. None of
 them imports torch (``tests/test_startup.py``), so each should answer well under 1 s.
@@ -17,12 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHCHECK = str(Path(sys.executable).with_name("graphcheck"))
+REF = "fixtures/reference.py:reference"
 
 COMMANDS = {
     "graphcheck --help": [GRAPHCHECK, "--help"],
     "graphcheck rules": [GRAPHCHECK, "rules"],
     "graphcheck rules GC203": [GRAPHCHECK, "rules", "GC203"],
     "graphcheck verify (usage error)": [GRAPHCHECK, "verify"],
+    "graphcheck verify --cuts x (argument error)": [GRAPHCHECK, "verify", REF, "--cuts", "x"],
     'python -c "import graphcheck"': [sys.executable, "-c", "import graphcheck"],
 }
 
