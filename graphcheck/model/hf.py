@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphcheck.errors import ModelLoadError, UsageError
-from graphcheck.model.spec import PREFIX, is_hf_spec
+from graphcheck.model.spec import PREFIX, config_file, hf_target, is_config_path, is_hf_spec
 
 if TYPE_CHECKING:
     from torch import nn
@@ -235,12 +235,10 @@ def build_config(spec: str, settings: Mapping[str, object] | None = None):
 def _build_config(spec: str, settings: Mapping[str, object] | None):
     from graphcheck.kernels import attention
 
-    target = spec.removeprefix(PREFIX)
-    if not target:
-        raise UsageError("hf: needs a model type (hf:llama) or a path to config.json")
+    target = hf_target(spec)
     settings = {k: _value(v) for k, v in (settings or {}).items()}
     attn = settings.pop(_ATTN_KEY, None) or attention.register()
-    if _is_path(target):
+    if is_config_path(target):
         model_type, base = _file_config(target)
         config = _make(model_type, base, settings, spec)
     else:
@@ -283,10 +281,6 @@ def _clip(value: object, last: int) -> object:
     if isinstance(value, int) and not isinstance(value, bool) and value > last:
         return last
     return value
-
-
-def _is_path(target: str) -> bool:
-    return target.endswith(".json") or "/" in target or os.sep in target or Path(target).exists()
 
 
 def _require_transformers() -> None:
@@ -440,10 +434,7 @@ def _get(config, key: str) -> object:
 
 
 def _file_config(target: str) -> tuple[str, dict[str, object]]:
-    path = Path(target)
-    file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
-        raise ModelLoadError(f"config not found: {file}")
+    file = config_file(target)
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:

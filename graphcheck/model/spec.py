@@ -6,7 +6,7 @@ typo answers at once instead of after torch's import (``graphcheck verify nosuch
 the spec's syntax (:func:`parse_spec`), a file or folder named the wrong way
 (:func:`check_spec` says what to write instead: ``hf:DIR`` for a folder holding a
 ``config.json``, ``FILE.py:factory`` for one of Python files, the factories of a ``.py``
-given without one, ``hf:`` before a config ``.json``), a missing ``.py``
+given without one, ``hf:`` before a config ``.json``), a missing ``.py`` or ``hf:`` config
 (:func:`require_file`, with the nearest name there is; a ``--kernels`` file too), and the
 ``--allow-fp32`` globs (:func:`check_globs`). A factory missing from an existing file
 needs the file imported: :mod:`graphcheck.model.session` says that one.
@@ -24,18 +24,57 @@ from __future__ import annotations
 
 import ast
 import difflib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from graphcheck.errors import ModelLoadError, UsageError
 
-__all__ = ["PREFIX", "check_globs", "check_spec", "is_hf_spec", "parse_spec", "require_file"]
+__all__ = [
+    "PREFIX",
+    "check_globs",
+    "check_spec",
+    "config_file",
+    "hf_target",
+    "is_config_path",
+    "is_hf_spec",
+    "parse_spec",
+    "require_file",
+]
 
 PREFIX = "hf:"  # a transformers model: hf:<model_type> or hf:path/to/config.json
 
 
 def is_hf_spec(spec: object) -> bool:
     return isinstance(spec, str) and spec.startswith(PREFIX)
+
+
+def hf_target(spec: str) -> str:
+    """What follows ``hf:``: a model type or a path to a config; a :class:`UsageError`
+    when nothing does."""
+    target = spec.removeprefix(PREFIX)
+    if not target:
+        raise UsageError("hf: needs a model type (hf:llama) or a path to config.json")
+    return target
+
+
+def is_config_path(target: str) -> bool:
+    """Whether ``hf:target`` names a config file or folder rather than a model type.
+
+    >>> is_config_path("configs/llama.json"), is_config_path("llama")
+    (True, False)
+    """
+    return target.endswith(".json") or "/" in target or os.sep in target or Path(target).exists()
+
+
+def config_file(target: str) -> Path:
+    """The ``config.json`` an ``hf:`` path names (the file, or the one in the folder); a
+    :class:`ModelLoadError` when there is none."""
+    path = Path(target)
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ModelLoadError(f"config not found: {file}")
+    return file
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -74,8 +113,14 @@ def check_spec(model: object) -> None:
     directory (with or without ``:factory``) ``hf:DIR`` when it holds a ``config.json``,
     else ``DIR/FILE.py:factory``; a ``.py`` file without ``:factory`` its functions; a
     config ``.json`` without ``hf:`` that prefix; not ``target:factory``; a ``.py`` that
-    does not exist. Anything but a string (a factory, a module) passes."""
-    if not isinstance(model, str) or is_hf_spec(model):
+    does not exist; an ``hf:`` spec with nothing after it, or a path to no config. Anything
+    but a string (a factory, a module) passes."""
+    if is_hf_spec(model):
+        target = hf_target(model)
+        if is_config_path(target):
+            config_file(target)
+        return
+    if not isinstance(model, str):
         return
     target, sep, _ = model.rpartition(":")
     folder = Path(target if sep and target else model)
