@@ -97,6 +97,8 @@ ARGUMENT_ERRORS = [
     (["verify", "fixtures/reference.py", "--cuts", "2"], "names no factory"),
     (["map", "fixtures/configs/llama-3.1-8b.json"], "is a JSON file: write hf:"),
     (["verify", "no-colon", "--cuts", "2"], "is not 'path/to/file.py:factory'"),
+    (["map", "hf:nosuch/config.json"], "config not found: nosuch/config.json"),
+    (["map", "hf:"], "hf: needs a model type"),
     (["check", "--config", "nosuch.toml"], "--config nosuch.toml: no such file"),
     (["check", "-k", "x"], "no graphcheck.toml or pyproject.toml with [tool.graphcheck]"),
     (["lock", "--config", "examples/graphcheck.toml", "-k", "nothing"], "selects no check"),
