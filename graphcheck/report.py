@@ -15,6 +15,7 @@ The JSON form is the public contract (``"graphcheck": "<version>"`` first):
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
@@ -302,24 +303,24 @@ def renders(fmt: str, kind: str) -> bool:
 
 def _kinds(fmt: str) -> frozenset[str] | None:
     """The ``KINDS`` of reporter ``fmt``, read from its source without running it (a
-    reporter imports the analysis, so torch: an argument check must not); imported when
-    the source does not state it as a literal ``frozenset({...})``.
+    reporter imports the analysis, so torch: an argument check must not); the module is
+    imported when its source names ``KINDS`` other than as ``KINDS = frozenset({...})``.
 
     >>> sorted(_kinds("sarif")), _kinds("json")
     (['map', 'verify'], None)
     """
     source = resources.files("graphcheck.reporters").joinpath(f"{fmt}.py").read_text("utf-8")
+    if "KINDS" not in source:
+        return None
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["KINDS"]:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if [t.id if isinstance(t, ast.Name) else None for t in targets] == ["KINDS"]:
             value = node.value
             if isinstance(value, ast.Call) and ast.unparse(value.func) == "frozenset":
                 value = value.args[0] if len(value.args) == 1 and not value.keywords else None
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 return frozenset(ast.literal_eval(value))
-            except (TypeError, ValueError):
-                module = importlib.import_module(f"graphcheck.reporters.{fmt}")
-                return getattr(module, "KINDS", None)
-    return None
+    return getattr(importlib.import_module(f"graphcheck.reporters.{fmt}"), "KINDS", None)
 
 
 def render(result, fmt: str = "text") -> str:
