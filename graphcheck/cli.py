@@ -528,6 +528,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
     _check_codes(args)
     _check_plan(args)
     _check_build(args)
+    _check_model(args)
     _check_builder(args)  # last: it imports the stage builders (torch)
 
 
@@ -562,20 +563,35 @@ def _check_plan(args: argparse.Namespace) -> None:
 
 
 def _check_build(args: argparse.Namespace) -> None:
-    """``MODEL`` (:func:`graphcheck.model.spec.check_spec`), ``--set KEY=VALUE``,
-    ``--allow-fp32``, the ``--kernels`` file and the example batch (``--docs``,
-    ``--tokens``, ``--token-multiple``)."""
+    """``--set KEY=VALUE``, ``--allow-fp32``, the ``--kernels`` file and the example batch
+    (``--docs``, ``--tokens``, ``--token-multiple``)."""
     from graphcheck.model.hf import parse_settings
-    from graphcheck.model.spec import check_globs, check_spec, require_file
+    from graphcheck.model.spec import check_globs, require_file
     from graphcheck.varlen import example_batch
 
-    check_spec(args.model)
     parse_settings(args.settings)
     check_globs(args.allow_fp32)
     if args.kernels is not None:
         require_file(args.kernels, "kernels file")
     if hasattr(args, "tokens"):
         example_batch(_example_docs(args.docs), args.tokens, args.token_multiple)
+
+
+def _check_model(args: argparse.Namespace) -> None:
+    """``MODEL`` (:func:`graphcheck.model.spec.check_spec`), after the flags: given a bad
+    flag too, the flag's mistake is said, as when the model is built. ``--boundary-state``
+    (its dtype check imports torch) is checked here only then; a good ``MODEL`` has it
+    checked before the build."""
+    from graphcheck.model.spec import check_spec
+
+    try:
+        check_spec(args.model)
+    except GraphcheckError:
+        if args.boundary_state is not None:
+            from graphcheck.model.boundary import parse_boundary_state
+
+            parse_boundary_state(args.boundary_state)
+        raise
 
 
 def _check_builder(args: argparse.Namespace) -> None:
