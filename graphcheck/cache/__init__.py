@@ -2,13 +2,17 @@
 
 Exports are the cost of a run, and a CI job re-runs the same ``verify`` on every push.
 The cache stores the **result of a command** (``verify``, ``map``, ``plan``: the
-rendered report and the exit status, :mod:`graphcheck.cache.results`) under a key of
-everything that can change the graph or the verdict (:mod:`graphcheck.cache.key`):
+rendered report and the exit status, :mod:`graphcheck.cache.results`), and for
+``check`` and ``lock`` the **record of each check** of the configuration (its plans'
+reports and its lock entry in plain data, :mod:`graphcheck.cache.records`: an edit of
+one check's table re-runs that check alone), under a key of everything that can
+change the graph or the verdict (:mod:`graphcheck.cache.key`):
 
 * the command and every option it was given (any option: one graphcheck adds later is
   in the key without anyone listing it; only ``--no-cache``, ``--cache-dir`` and
-  ``--progress``, which change no report, are left out), and the working directory
-  (reports print source paths relative to it);
+  ``--progress``, which change no report, are left out; for a check, its own table of
+  the configuration, not the whole file), and the working directory (reports print
+  source paths relative to it);
 * the content of the files the options name (``file.py``, an ``hf:`` ``config.json``,
   ``--kernels``, a ``--stage-builder`` file);
 * the Python, graphcheck, torch and transformers versions and a hash of graphcheck's
@@ -47,7 +51,8 @@ unwritable folder a note): :mod:`graphcheck.cache.store`.
 
 from __future__ import annotations
 
+from graphcheck.cache.records import RecordCache
 from graphcheck.cache.results import COMMANDS, ResultCache, cacheable
 from graphcheck.cache.store import Store, resolve_folder
 
-__all__ = ["COMMANDS", "ResultCache", "Store", "cacheable", "resolve_folder"]
+__all__ = ["COMMANDS", "RecordCache", "ResultCache", "Store", "cacheable", "resolve_folder"]
