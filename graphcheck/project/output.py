@@ -3,8 +3,8 @@
 Each (model, plan) report was rendered by its own reporter through the seam
 (:func:`graphcheck.report.render`) when its check ran, and kept in plain data
 (:class:`~graphcheck.project.record.PlanResult`); this module only joins the parts, so a
-check served from the cache prints what its fresh run printed, and rendering imports
-neither torch nor the reporters:
+check served from the cache prints what its fresh run printed, and rendering imports no
+torch (of the reporters, only the JSON one, which imports nothing):
 
 * ``text``: each check under a heading, a line per proven plan and the whole text report
   of a failing one, the lock's changes, and last the ``verdict:`` line (the one
@@ -166,8 +166,8 @@ def _sarif(result: CheckResult) -> str:
 
 
 def _empty_log() -> dict:
-    """The SARIF log of a verify report without findings (no plan ran: every check could
-    not run, so none came from the cache and the reporters are loaded anyway)."""
+    """The SARIF log of a verify report without findings, for a result without plans
+    (every check could not run; none came from the cache)."""
     from graphcheck.report import Report, render
 
     return json.loads(render(Report(model="", num_layers=0, mode="verify"), "sarif"))
