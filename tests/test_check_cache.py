@@ -233,6 +233,21 @@ def test_an_error_or_a_run_with_unknown_dependencies_is_never_stored(tmp_path):
     assert not list(tmp_path.rglob("*.json"))
 
 
+def test_a_check_that_cannot_run_is_never_stored(project, exports, cli):
+    root = project(TINY, '[[checks]]\nname = "boom"\nmodel = "tiny.py:boom"\ncuts = [1]\n')
+    _edit(
+        root / "tiny.py",
+        "def tiny():",
+        "def boom():\n    raise RuntimeError('boom')\n\n\ndef tiny():",
+    )
+    _seed("tiny", PASSED)  # the other check comes from the cache
+    code, out, err = cli("check", "--cache-dir", root / "c")
+    assert (code, len(exports), _notes(err)) == (2, 0, ["tiny"]) and "error: " in out
+    assert len(list((root / "c").rglob("*.json"))) == 1  # the seeded entry alone
+    code, out, err = cli("check", "--cache-dir", root / "c")
+    assert (code, _notes(err)) == (2, ["tiny"])
+
+
 def test_check_and_lock_take_the_cache_flags_checked_before_any_export(project, exports, cli):
     root = project(TINY)
     code, _, err = cli("check", "--no-cache", "--cache-dir", root)
