@@ -219,16 +219,9 @@ def _model_explorer_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _cache_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "export cache (a re-run on unchanged model code prints the stored report)"
-    ).add_mutually_exclusive_group()
-    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
-    group.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="the cache folder (default $GRAPHCHECK_CACHE_DIR, else $XDG_CACHE_HOME/graphcheck "
-        "or ~/.cache/graphcheck; GRAPHCHECK_NO_CACHE=1 turns it off)",
-    )
+    from graphcheck.cache.store import add_options
+
+    add_options(parser, "export cache (a re-run on unchanged model code prints the stored report)")
 
 
 def _finding_options(parser: argparse.ArgumentParser) -> None:

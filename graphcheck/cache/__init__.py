@@ -53,6 +53,14 @@ from __future__ import annotations
 
 from graphcheck.cache.records import RecordCache
 from graphcheck.cache.results import COMMANDS, ResultCache, cacheable
-from graphcheck.cache.store import Store, resolve_folder
+from graphcheck.cache.store import Store, add_options, resolve_folder
 
-__all__ = ["COMMANDS", "RecordCache", "ResultCache", "Store", "cacheable", "resolve_folder"]
+__all__ = [
+    "COMMANDS",
+    "RecordCache",
+    "ResultCache",
+    "Store",
+    "add_options",
+    "cacheable",
+    "resolve_folder",
+]

@@ -179,7 +179,9 @@ def dependencies(spec: str | None = None) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if isinstance(file, str) and file:  # a .py, or an extension module beside it
+        # a .py, or an extension module beside it; torch.ops and torch.classes name a
+        # relative file that is no file of theirs
+        if isinstance(file, str) and os.path.isabs(file):
             path = os.path.realpath(file)
             if _followed(name, path, packages):
                 found[path] = file_digest(path)

@@ -32,7 +32,20 @@ from pathlib import Path
 from graphcheck.cache.key import SCHEMA
 from graphcheck.errors import UsageError
 
-__all__ = ["Store", "note", "resolve_folder"]
+__all__ = ["Store", "add_options", "note", "resolve_folder"]
+
+
+def add_options(parser, title: str) -> None:
+    """``--no-cache`` and ``--cache-dir`` (one or the other) on an argparse ``parser``,
+    under the group ``title`` (what a hit skips, in the command's words)."""
+    group = parser.add_argument_group(title).add_mutually_exclusive_group()
+    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    group.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the cache folder (default $GRAPHCHECK_CACHE_DIR, else $XDG_CACHE_HOME/graphcheck "
+        "or ~/.cache/graphcheck; GRAPHCHECK_NO_CACHE=1 turns it off)",
+    )
 
 
 def note(message: str) -> None:

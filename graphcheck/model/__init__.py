@@ -1,5 +1,8 @@
 """From a model spec to an ``nn.Module`` on fake weights and its pipeline layout.
 
+* :mod:`~graphcheck.model.spec` - ``MODEL`` and ``--allow-fp32`` checked without torch
+  (syntax, the file or folder it names), before anything is built;
+* :mod:`~graphcheck.model.modes` - the program modes and the enum parser, without torch;
 * :mod:`~graphcheck.model.load` - ``file.py:factory`` / ``pkg.mod:factory`` resolved
   and built under a fake tensor mode in bf16;
 * :mod:`~graphcheck.model.hf` - ``hf:TYPE`` and ``hf:path/config.json``: tiny

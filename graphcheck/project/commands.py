@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from graphcheck.cache.store import add_options
+
 __all__ = ["COMMANDS", "add_parsers", "run_command"]
 
 COMMANDS = ("check", "lock")
@@ -40,15 +42,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="show the phases and their times on stderr (default: when stderr is a terminal)",
     )
-    group = parser.add_argument_group(
-        "export cache (a check whose model code and table are unchanged is not re-exported)"
-    ).add_mutually_exclusive_group()
-    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
-    group.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="the cache folder (default $GRAPHCHECK_CACHE_DIR, else $XDG_CACHE_HOME/graphcheck "
-        "or ~/.cache/graphcheck; GRAPHCHECK_NO_CACHE=1 turns it off)",
+    add_options(
+        parser, "export cache (a check whose model code and table are unchanged is not re-exported)"
     )
 
 

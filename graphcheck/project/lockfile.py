@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
-from graphcheck._version import __version__
 from graphcheck.errors import UsageError
 
 __all__ = [
@@ -64,14 +62,11 @@ class ModelState:
 
 def versions() -> dict[str, str]:
     """graphcheck's, torch's and transformers' versions (``none``: not installed), read
-    from package metadata (torch's is its ``torch.__version__``) without importing them."""
-    found = {"graphcheck": __version__}
-    for name in ("torch", "transformers"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "none"
-    return found
+    from package metadata without importing them (:func:`graphcheck.cache.key.versions`)."""
+    from graphcheck.cache.key import versions as all_versions
+
+    found = all_versions()
+    return {name: found[name] for name in ("graphcheck", "torch", "transformers")}
 
 
 def dumps(value, indent: int = 0) -> str:

@@ -23,7 +23,7 @@ from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import Group, group
 from graphcheck.errors import UsageError
 from graphcheck.reporters.sarif import doc_sections
-from graphcheck.rules import by_code
+from graphcheck.rules import INFO
 
 if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
@@ -90,8 +90,8 @@ def _cuts(report: Report) -> str:
 
 
 def _fix(code: str) -> str | None:
-    rule = by_code().get(code)
-    fix = doc_sections(rule.__doc__ or "").get("Fix") if rule is not None else None
+    rule = next((rule for rule in INFO if rule.code == code), None)
+    fix = doc_sections(rule.doc).get("Fix") if rule is not None else None
     return " ".join(fix.split("\n\n")[0].split()).replace("``", "`") if fix else None
 
 

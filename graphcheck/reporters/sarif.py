@@ -35,11 +35,9 @@ from urllib.parse import quote
 
 from graphcheck._version import __version__
 from graphcheck.errors import UsageError
-from graphcheck.rules import RULES
+from graphcheck.rules import INFO, RuleInfo
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from graphcheck.diagnostics import Diagnostic
     from graphcheck.report import Report
 
@@ -90,7 +88,7 @@ def error_log(message: str, detail: tuple[str, ...] = ()) -> str:
 
 
 def _run(report: Report) -> dict:
-    index = {rule.CODE: i for i, rule in enumerate(RULES)}
+    index = {rule.code: i for i, rule in enumerate(INFO)}
     fallback = _factory_location(report.model)
     return {
         "tool": {
@@ -98,7 +96,7 @@ def _run(report: Report) -> dict:
                 "name": "graphcheck",
                 "version": __version__,
                 "semanticVersion": __version__,
-                "rules": [rule_descriptor(rule) for rule in RULES],
+                "rules": [rule_descriptor(rule) for rule in INFO],
             }
         },
         "columnKind": "unicodeCodePoints",
@@ -125,21 +123,21 @@ def _plain(text: str) -> str:
     return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
 
 
-def rule_descriptor(rule: ModuleType) -> dict:
-    """The SARIF ``reportingDescriptor`` of a rule module."""
-    sections = doc_sections(rule.__doc__ or "")
+def rule_descriptor(rule: RuleInfo) -> dict:
+    """The SARIF ``reportingDescriptor`` of a rule (its metadata as its module states it)."""
+    sections = doc_sections(rule.doc)
     text = "\n\n".join(f"{name}\n{_plain(sections.get(name, ''))}" for name in SECTIONS)
     markdown = "\n\n".join(
         f"**{name}**\n\n{_plain(sections.get(name, '')).replace('``', '`')}" for name in SECTIONS
     )
     return {
-        "id": rule.CODE,
-        "name": rule.NAME,
-        "shortDescription": {"text": rule.SUMMARY},
-        "fullDescription": {"text": _plain(sections.get("What it checks", rule.SUMMARY))},
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": _plain(sections.get("What it checks", rule.summary))},
         "help": {"text": text, "markdown": markdown},
-        "defaultConfiguration": {"level": _level(rule.SEVERITY)},
-        "properties": {"tags": ["pipeline-parallel", rule.CODE[:3] + "xx"]},
+        "defaultConfiguration": {"level": _level(rule.severity)},
+        "properties": {"tags": ["pipeline-parallel", rule.code[:3] + "xx"]},
     }
 
 
