@@ -90,10 +90,10 @@ class Session:
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
         self.dtype, self.allow_fp32 = build_dtype(dtype), check_globs(allow_fp32)
-        check_spec(model)
         self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
         self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
         self.boundary_state = _state(boundary_state)
+        check_spec(model)  # after the options, as the command line says a bad flag first
         self.mode = fake_mode()
         self.strict = strict
         self.settings = dict(settings or {})
