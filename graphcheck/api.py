@@ -27,7 +27,10 @@ flags of the same names):
 * ``select``, ``ignore`` - codes or prefixes (``"GC5"``) of the findings to report or
   to keep out of the verdict, ruff style (``--select``, ``--ignore``); ignored findings
   and the model's ``# graphcheck: ignore[CODE]`` comments are listed in
-  ``report.ignored`` (:mod:`graphcheck.rules.suppress`).
+  ``report.ignored`` (:mod:`graphcheck.rules.suppress`);
+* ``selectors_from`` - where ``select`` and ``ignore`` come from, for the report to say
+  what ignored a finding: ``None`` (the default: the flags, ``by --ignore``) or the
+  configuration table's name (``"[tool.graphcheck]"``: ``by [tool.graphcheck] ignore``).
 
 :func:`verify` also takes ``stage_builder`` (``--stage-builder``): a builtin name
 (``keep-index``, ``moduledict``, ``rebuild``, ``hf-slice``, ``hf-rebuild``),
@@ -190,10 +193,12 @@ class Explorer:
         allow_fp32: Sequence[str] = (),
         select: Sequence[str] | None = None,
         ignore: Sequence[str] | None = None,
+        selectors_from: str | None = None,
         **options,
     ) -> None:
         start = time.perf_counter()
-        self.suppression = Suppression.of(select, ignore)  # checked before the model builds
+        # checked before the model builds
+        self.suppression = Suppression.of(select, ignore, selectors_from)
         with progress.phase(progress.Phase.BUILD):
             self.session = Session(model, allow_fp32=allow_fp32, **options)
         self.hf_spec = isinstance(model, str) and is_hf_spec(model)

@@ -199,19 +199,22 @@ def _group_dict(g) -> dict:
 
 
 def ignored_summary(ignored: list[Ignored]) -> str | None:
-    """One line on what was ignored and by what.
+    """One line on what was ignored and by what (the flag, the configuration's list or
+    the comment: :attr:`Ignored.label`).
 
     >>> from graphcheck.rules.suppress import IgnoredBy
     >>> d = Diagnostic("GC501", "non-bf16-parameter", "fp32")
     >>> found = [Ignored(d, IgnoredBy.IGNORE)] * 2 + [Ignored(d, IgnoredBy.COMMENT, "m.py:3")]
     >>> ignored_summary(found)
     '3 findings ignored (GC501 ×2 by --ignore, GC501 ×1 by # graphcheck: ignore at m.py:3)'
+    >>> ignored_summary([Ignored(d, IgnoredBy.IGNORE, selectors_from="graphcheck.toml")])
+    '1 finding ignored (GC501 ×1 by graphcheck.toml ignore)'
     """
     if not ignored:
         return None
     counts: dict[tuple[str, str], int] = {}
     for i in ignored:
-        by = "not in --select" if i.by == "--select" else f"by {i.by}"
+        by = f"not in {i.label}" if i.by == "--select" else f"by {i.label}"
         by += f" at {i.comment}" if i.comment else ""
         counts[(i.diagnostic.code, by)] = counts.get((i.diagnostic.code, by), 0) + 1
     parts = ", ".join(f"{code} ×{n} {by}" for (code, by), n in counts.items())

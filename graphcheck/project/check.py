@@ -134,6 +134,7 @@ def run_check(check: Check, folder: Path, with_state: bool) -> CheckRun:
     options = dict(check.options)
     allow = options.pop("allow_fp32", ())
     codes = {k: list(v) for k, v in (("select", check.select), ("ignore", check.ignore)) if v}
+    codes |= {"selectors_from": check.selectors_from} if codes else {}
     try:
         explorer = api.Explorer(check.model, allow_fp32=allow, **codes, **options)
         for plan in check.plans:
@@ -150,7 +151,8 @@ def run_check(check: Check, folder: Path, with_state: bool) -> CheckRun:
 def cache_options(check: Check, folder: Path) -> dict:
     """The options keying ``check``'s cache entry: its own table as resolved (file paths
     relative to the working directory or absolute, so the key hashes their content; the
-    top-level ``select`` and ``ignore`` merged in) and the lock's ``folder`` (the lock's
+    top-level ``select`` and ``ignore`` merged in, and the table they are read from: the
+    reports name it) and the lock's ``folder`` (the lock's
     paths are relative to it). Not its name (a renamed check keeps its entry), nor the
     rest of the configuration (editing one check keeps the others' entries)."""
     return {
@@ -161,6 +163,7 @@ def cache_options(check: Check, folder: Path) -> dict:
         "plans": [plan.name for plan in check.plans],
         "select": list(check.select),
         "ignore": list(check.ignore),
+        "selectors_from": {"table": check.selectors_from},  # a mapping: never a file to hash
         "folder": str(folder),
     }
 

@@ -119,6 +119,7 @@ class Check:
     plans: tuple[Plan, ...] = ()
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    selectors_from: str | None = None  # "[tool.graphcheck]" or the file's name: the report says it
 
     def matches(self, pattern: str) -> bool:
         """``-k PATTERN``: a substring of, or a glob matching, the name or the model spec."""
@@ -189,10 +190,12 @@ def load_config(path: str | Path | None = None) -> Config:
         raise UsageError(f"--config {path}: no such file")
     file = Path(path).resolve() if path is not None else find_config()
     data = _read(file)
+    origin = file.name  # what a finding ignored by the configuration is labelled by
     if file.name == "pyproject.toml" or "tool" in data:
         data = data.get("tool", {}).get("graphcheck")
         if data is None:
             raise UsageError(f"{file}: no [tool.graphcheck] table")
+        origin = "[tool.graphcheck]"
     where = file.name
     _known(data, TOP_KEYS, where)
     select = _codes(data.get("select", []), f"{where}: select")
@@ -201,7 +204,7 @@ def load_config(path: str | Path | None = None) -> Config:
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise UsageError(f"{where}: give the models to check as [[checks]] tables, one per model")
     checks = tuple(
-        _check(t, file.parent, f"{where}: checks[{i}]", select, ignore)
+        _check(t, file.parent, f"{where}: checks[{i}]", (select, ignore, origin))
         for i, t in enumerate(tables)
     )
     names = [c.name for c in checks]
@@ -217,7 +220,10 @@ def _known(table: dict, known, where: str) -> None:
             raise UsageError(f"{where}: unknown key {key!r}{nearest(key, known)}")
 
 
-def _check(table: dict, folder: Path, where: str, select, ignore) -> Check:
+def _check(table: dict, folder: Path, where: str, selectors: tuple) -> Check:
+    """The check of ``table``; ``selectors``: the top level's select, ignore and their
+    origin (the check's own lists are added to them)."""
+    select, ignore, origin = selectors
     _known(table, CHECK_KEYS, where)
     if "model" not in table:
         raise UsageError(f"{where}: no model: give model = 'path/to/file.py:factory' or 'hf:...'")
@@ -234,7 +240,7 @@ def _check(table: dict, folder: Path, where: str, select, ignore) -> Check:
     own_ignore = _codes(table.get("ignore", []), f"{where}: ignore")
     return Check(
         name, model, options, builder, _plans(table, where),
-        select + own_select, ignore + own_ignore,
+        select + own_select, ignore + own_ignore, origin,
     )  # fmt: skip
 
 

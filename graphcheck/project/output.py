@@ -6,8 +6,9 @@ Each (model, plan) report was rendered by its own reporter through the seam
 check served from the cache prints what its fresh run printed, and rendering imports no
 torch (of the reporters, only the JSON one, which imports nothing):
 
-* ``text``: each check under a heading, a line per proven plan and the whole text report
-  of a failing one, the lock's changes, and last the ``verdict:`` line (the one
+* ``text``: each check under a heading, a line per proven plan (and what it ignored, by
+  the flag or configuration table that ignored it) and the whole text report of a
+  failing one, the lock's changes, and last the ``verdict:`` line (the one
   ``--output`` echoes);
 * ``json``: the result's ``as_dict()`` (each report's own JSON inside);
 * ``sarif``: one run holding every report's results (each tagged with its check and
@@ -81,11 +82,12 @@ def _summary(result: CheckResult) -> str:
 
 def _plan_line(plan: str, report: PlanResult) -> str:
     """A plan in one line (a proven one, or any under ``lock``): ``cuts 3: PASS (1/1 cuts
-    proven)``; a failing plan under ``check`` gets its whole text report instead."""
+    proven)``, and what it ignored on the next; a failing plan under ``check`` gets its
+    whole text report instead."""
     codes = ", ".join(report.errors)
-    return f"  {plan}: {report.verdict.upper()} ({report.proven}/{report.cuts} cuts proven)" + (
-        f" {codes}\n" if codes else "\n"
-    )
+    line = f"  {plan}: {report.verdict.upper()} ({report.proven}/{report.cuts} cuts proven)"
+    ignored = f"      {report.ignored}\n" if report.ignored else ""
+    return line + (f" {codes}\n" if codes else "\n") + ignored
 
 
 def _text(result: CheckResult) -> str:

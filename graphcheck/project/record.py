@@ -48,6 +48,7 @@ class PlanResult:
     markdown: str
     sarif: str
     json: str
+    ignored: str = ""  # the line saying what was ignored and by what ("": nothing)
 
     @classmethod
     def of(cls, report) -> PlanResult:
@@ -62,6 +63,7 @@ class PlanResult:
             tuple(sorted({d.code for d in report.errors})),
             tuple(sorted(report.codes)),
             *(render(report, fmt) for fmt in ("text", "markdown", "sarif", "json")),
+            report.ignored_summary() or "",
         )
 
     def as_plain(self) -> dict:
@@ -82,7 +84,7 @@ class PlanResult:
         verdict = data["verdict"]
         if not isinstance(verdict, str) or _VERDICTS.get(verdict) != data["exit_code"]:
             raise ValueError("a plan's verdict is malformed")
-        if not _strings([data[k] for k in ("text", "markdown", "sarif", "json")]):
+        if not _strings([data[k] for k in ("text", "markdown", "sarif", "json", "ignored")]):
             raise ValueError("a plan's rendered reports are malformed")
         return cls(**{**data, "errors": tuple(data["errors"]), "codes": tuple(data["codes"])})
 

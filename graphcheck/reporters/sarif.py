@@ -13,6 +13,13 @@ such a finding keeps only its logical location (the module path). The cut, stage
 node and module are in the result's ``properties``; the run's ``properties`` hold
 the model, the mode and the verdict.
 
+An ignored finding (:attr:`Report.ignored`) is a result too, with ``suppressions``, so
+code scanning shows it dismissed rather than losing it: ``inSource`` for a
+``# graphcheck: ignore`` comment (its justification ``# graphcheck: ignore[GC205] at
+model.py:12``, its location the comment's line), ``external`` for ``--ignore`` /
+``--select`` or the configuration's lists (``--ignore GC205``,
+``[tool.graphcheck] ignore GC2``); its ``properties`` say ``ignored_by``.
+
 It renders ``verify`` and ``map`` reports; a plan or a gate result is a usage error
 (the command line refuses them before any export).
 
@@ -36,10 +43,12 @@ from urllib.parse import quote
 from graphcheck._version import __version__
 from graphcheck.errors import UsageError
 from graphcheck.rules import INFO, RuleInfo
+from graphcheck.rules.suppress import IgnoredBy
 
 if TYPE_CHECKING:
     from graphcheck.diagnostics import Diagnostic
     from graphcheck.report import Report
+    from graphcheck.rules.suppress import Ignored
 
 __all__ = [
     "KINDS",
@@ -100,7 +109,8 @@ def _run(report: Report) -> dict:
             }
         },
         "columnKind": "unicodeCodePoints",
-        "results": [_result(d, index, fallback) for d in report.diagnostics],
+        "results": [_result(d, index, fallback) for d in report.diagnostics]
+        + [_suppressed(i, index, fallback) for i in report.ignored],
         "properties": {"model": report.model, "mode": report.mode, "verdict": report.verdict},
     }
 
@@ -160,6 +170,20 @@ def _result(d: Diagnostic, index: dict[str, int], fallback: dict | None) -> dict
     }
     if d.code in index:
         result["ruleIndex"] = index[d.code]
+    return result
+
+
+def _suppressed(ignored: Ignored, index: dict[str, int], fallback: dict | None) -> dict:
+    """An ignored finding as a result with its suppression: ``inSource`` (at the
+    comment) for an ignore comment, ``external`` for the flags and the configuration."""
+    result = _result(ignored.diagnostic, index, fallback)
+    result["properties"]["ignored_by"] = ignored.label
+    suppression = {"kind": "external", "justification": ignored.justification}
+    if ignored.by is IgnoredBy.COMMENT:
+        suppression["kind"] = "inSource"
+        location = _physical(f"{ignored.comment}:") if ignored.comment else None
+        suppression |= {"location": {"physicalLocation": location}} if location else {}
+    result["suppressions"] = [suppression]
     return result
 
 

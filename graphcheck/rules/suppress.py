@@ -5,11 +5,15 @@ Selectors follow ruff: a code (``GC501``) or a prefix that selects its family
 specific selector that matches it is a ``select`` (``--select`` absent: everything
 is selected); ``ignore`` wins a tie. ``# graphcheck: ignore[GC501]`` (codes
 comma-separated; bare ``# graphcheck: ignore`` is every code) on the model's source
-line a finding points at ignores it there.
+line a finding points at ignores it there. ``select`` and ``ignore`` come from the
+command line (or the API's keywords) or from a configuration table
+(``selectors_from``: ``"[tool.graphcheck]"``, ``"graphcheck.toml"``); the report says which.
 
 An ignored finding does not count towards the verdict but is never silent: the
-report lists it (:class:`Ignored`), with what ignored it. An ignore comment in the
-model's code that matched no finding is an :class:`UnusedIgnore` note. Errors that
+report lists it (:class:`Ignored`), with what ignored it (its ``label``, and its
+``justification``: the selector or the comment, as SARIF's suppressions say it). An
+ignore comment in the model's code that matched no finding is an :class:`UnusedIgnore`
+note. Errors that
 stop a run (exit 2) are not findings: nothing here turns them into a pass.
 
 >>> s = Suppression.of(select=["GC2"], ignore=["GC205"])
@@ -17,6 +21,8 @@ stop a run (exit 2) are not findings: nothing here turns them into a pass.
 [None, <IgnoredBy.IGNORE: '--ignore'>, <IgnoredBy.SELECT: '--select'>]
 >>> Suppression.of(select=["GC2"], ignore=["GC"]).reason("GC201") is None  # GC2 is more specific
 True
+>>> s.decide("GC205"), s.decide("GC401")
+((<IgnoredBy.IGNORE: '--ignore'>, ('GC205',)), (<IgnoredBy.SELECT: '--select'>, ('GC2',)))
 >>> comment_codes("x = f(x)  # graphcheck: ignore[GC501, GC205]")
 ('GC501', 'GC205')
 >>> comment_codes("x = f(x)  # graphcheck: ignore"), comment_codes("x = f(x)")
@@ -145,14 +151,52 @@ def _edits(a: str, b: str) -> int:
 @dataclass(frozen=True)
 class Ignored:
     """A finding kept out of the verdict, and what kept it out (``comment``: the
-    ``file:line`` of the ignore comment)."""
+    ``file:line`` of the ignore comment; ``selectors``: the ``ignore`` selector that
+    decided, the ``select`` list it is not in, or the comment's codes, ``()`` for a bare
+    one; ``selectors_from``: the configuration table they come from, ``None`` for the
+    flags).
+
+    >>> from graphcheck.diagnostics import Diagnostic
+    >>> d = Diagnostic("GC205", "parameter-shared-across-stages", "shared")
+    >>> flag = Ignored(d, IgnoredBy.IGNORE, selectors=("GC2",))
+    >>> config = Ignored(d, IgnoredBy.SELECT, selectors=("GC4", "GC5"),
+    ...                  selectors_from="[tool.graphcheck]")
+    >>> comment = Ignored(d, IgnoredBy.COMMENT, "model.py:12", selectors=("GC205",))
+    >>> [i.label for i in (flag, config, comment)]
+    ['--ignore', '[tool.graphcheck] select', '# graphcheck: ignore']
+    >>> [i.justification for i in (flag, config, comment)]  # doctest: +NORMALIZE_WHITESPACE
+    ['--ignore GC2', 'not in [tool.graphcheck] select GC4,GC5',
+     '# graphcheck: ignore[GC205] at model.py:12']
+    """
 
     diagnostic: Diagnostic
     by: IgnoredBy
     comment: str | None = None
+    selectors: tuple[str, ...] = ()
+    selectors_from: str | None = None
+
+    @property
+    def label(self) -> str:
+        """What ignored the finding: ``--ignore``, ``--select``, ``# graphcheck: ignore``,
+        or the configuration's ``ignore`` / ``select`` (``graphcheck.toml ignore``)."""
+        if self.by is IgnoredBy.COMMENT or self.selectors_from is None:
+            return str(self.by)
+        return f"{self.selectors_from} {self.by.removeprefix('--')}"
+
+    @property
+    def justification(self) -> str:
+        """The ignore as written: ``--ignore GC2``, ``not in --select GC4``,
+        ``# graphcheck: ignore[GC205] at model.py:12``."""
+        codes = ",".join(self.selectors)
+        if self.by is IgnoredBy.COMMENT:
+            inside = f"[{', '.join(self.selectors)}]" if self.selectors else ""
+            return f"{self.by}{inside} at {self.comment}"
+        if self.by is IgnoredBy.SELECT:
+            return f"not in {self.label} {codes}"
+        return f"{self.label} {codes}"
 
     def as_dict(self) -> dict:
-        return {**self.diagnostic.as_dict(), "ignored_by": str(self.by), "comment": self.comment}
+        return {**self.diagnostic.as_dict(), "ignored_by": self.label, "comment": self.comment}
 
 
 @dataclass(frozen=True)
@@ -187,27 +231,48 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Suppression:
-    """``select`` and ``ignore`` selectors, checked (:func:`parse_selectors`)."""
+    """``select`` and ``ignore`` selectors, checked (:func:`parse_selectors`), and the
+    configuration table they come from (``None``: the flags or the API's keywords)."""
 
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    selectors_from: str | None = None
 
     @classmethod
     def of(
-        cls, select: str | Sequence[str] | None = None, ignore: str | Sequence[str] | None = None
+        cls,
+        select: str | Sequence[str] | None = None,
+        ignore: str | Sequence[str] | None = None,
+        selectors_from: str | None = None,
     ) -> Suppression:
-        return cls(parse_selectors(select, "--select"), parse_selectors(ignore, "--ignore"))
+        if selectors_from is not None and (
+            not isinstance(selectors_from, str) or not selectors_from.strip()
+        ):
+            raise UsageError(
+                f"selectors_from={selectors_from!r}: name the configuration table the select "
+                "and ignore lists come from ('[tool.graphcheck]'), or None for the flags"
+            )
+        select_codes = parse_selectors(select, "--select")
+        return cls(select_codes, parse_selectors(ignore, "--ignore"), selectors_from)
 
     def reason(self, code: str) -> IgnoredBy | None:
         """Why ``code`` is not reported (``None``: it is): the most specific selector
         matching it decides, ``ignore`` winning a tie."""
+        return self.decide(code)[0]
+
+    def decide(self, code: str) -> tuple[IgnoredBy | None, tuple[str, ...]]:
+        """:meth:`reason` and the selectors behind it: the ``ignore`` selector that
+        decided, or the whole ``select`` list ``code`` is not in."""
         chosen = max((len(s) for s in self.select if code.startswith(s)), default=-1)
         if not self.select:
             chosen = 0
-        ignored = max((len(s) for s in self.ignore if code.startswith(s)), default=-1)
         if chosen < 0:
-            return IgnoredBy.SELECT
-        return IgnoredBy.IGNORE if ignored >= chosen else None
+            return IgnoredBy.SELECT, self.select
+        matching = [s for s in self.ignore if code.startswith(s)]
+        deciding = max(matching, key=len, default=None)
+        if deciding is not None and len(deciding) >= chosen:
+            return IgnoredBy.IGNORE, (deciding,)
+        return None, ()
 
     def apply(self, found: Sequence[Diagnostic], files: Iterable[str] = ()) -> Outcome:
         """Split ``found``; the ignore comments in ``files`` (the model's source files)
@@ -219,14 +284,15 @@ class Suppression:
             covered = codes is not None and (not codes or d.code in codes)
             if covered:
                 used.add(_key(at))
-            by = self.reason(d.code)
+            by, selectors = self.decide(d.code)
             if by is None and covered:
-                by = IgnoredBy.COMMENT
+                by, selectors = IgnoredBy.COMMENT, codes
             if by is None:
                 outcome.kept.append(d)
             else:
                 comment = f"{_shown(at[0])}:{at[1]}" if by is IgnoredBy.COMMENT else None
-                outcome.ignored.append(Ignored(d, by, comment))
+                ignored = Ignored(d, by, comment, selectors, self.selectors_from)
+                outcome.ignored.append(ignored)
         outcome.unused = [
             UnusedIgnore(f"{_shown(path)}:{line}", codes)
             for (path, line), codes in _comments(files)
