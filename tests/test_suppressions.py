@@ -38,7 +38,7 @@ MODELS = """
 import sys
 sys.path.insert(0, {fixtures!r})
 from dataclasses import replace
-from violations import NO_WINDOW, SdpaAttention, SdpaLayer, _decoder, _lm
+from violations import NO_WINDOW, Fp32RMSNorm, SdpaAttention, SdpaLayer, _decoder, _lm
 
 
 class LeakyAttention(SdpaAttention):
@@ -51,8 +51,11 @@ class LeakyLayer(SdpaLayer):
 
 
 def leaky_tied():
-    model = _lm(_decoder(LeakyLayer), replace(NO_WINDOW, num_hidden_layers=2))
+    config = replace(NO_WINDOW, num_hidden_layers=2)
+    model = _lm(_decoder(LeakyLayer), config)
     model.lm_head.weight = model.model.embed_tokens.weight
+    norm = Fp32RMSNorm(config.hidden_size, config.rms_eps)
+    model.model.layers[1].post_attention_layernorm = norm
     return model
 """
 
@@ -66,7 +69,7 @@ def models(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def explorer(models) -> Explorer:
-    return Explorer(f"{models}:leaky_tied", ignore=["GC2"])
+    return Explorer(f"{models}:leaky_tied", ignore=["GC2", "GC501"])
 
 
 def _comment_line(path: Path) -> int:
@@ -97,7 +100,9 @@ def test_sarif_holds_flag_and_inline_ignores_as_suppressed_results(explorer, mod
     log = _valid(render(report, "sarif"))
     comment = f"models.py:{_comment_line(models)}"
     found = _suppressions(log)
-    assert ("GC205", "external", "--ignore GC2") in found
+    assert {("GC205", "external", "--ignore GC2"), ("GC501", "external", "--ignore GC501")} <= set(
+        found
+    )
     inline = [f for f in found if f[0] == "GC401"]
     assert len(inline) == 2 and all(kind == "inSource" for _, kind, _ in inline)
     assert all(
@@ -117,7 +122,7 @@ def test_select_and_a_configuration_table_label_the_ignore_by_its_source(explore
     try:
         report = explorer.verify([1])  # same export and cut analysis: no new export
     finally:
-        explorer.suppression = Suppression.of(ignore=["GC2"])
+        explorer.suppression = Suppression.of(ignore=["GC2", "GC501"])
     found = _suppressions(_valid(render(report, "sarif")))
     assert ("GC205", "external", "not in graphcheck.toml select GC4") in found
     assert "GC205 ×1 not in graphcheck.toml select" in render(report, "text")
@@ -144,7 +149,7 @@ def test_check_labels_a_configuration_ignore_by_the_configuration(models, tmp_pa
     config.write_text(
         textwrap.dedent(f"""\
         [tool.graphcheck]
-        ignore = ["GC205"]
+        ignore = ["GC205", "GC5"]
 
         [[tool.graphcheck.checks]]
         name = "leaky"
@@ -156,10 +161,19 @@ def test_check_labels_a_configuration_ignore_by_the_configuration(models, tmp_pa
     assert result.exit_code == 0
     text = render_check(result, "text")
     assert "GC205 ×1 by [tool.graphcheck] ignore" in text and "by --ignore" not in text
-    assert re.search(r"cuts 1: PASS \(1/1 cuts proven\)\n +3 findings ignored \(", text)
+    assert re.search(r"cuts 1: PASS \(1/1 cuts proven\)\n +4 findings ignored \(", text)
     found = _suppressions(_valid(render_check(result, "sarif")))
     assert ("GC205", "external", "[tool.graphcheck] ignore GC205") in found
+    assert ("GC501", "external", "[tool.graphcheck] ignore GC5") in found
     assert {kind for code, kind, _ in found if code == "GC401"} == {"inSource"}
     data = json.loads(render_check(result, "json"))
     ignored = data["checks"][0]["plans"][0]["report"]["ignored"]
     assert {i["code"]: i["ignored_by"] for i in ignored}["GC205"] == "[tool.graphcheck] ignore"
+
+
+def test_gc501_fix_names_the_api_keyword_next_to_the_flag(explorer):
+    (fp32,) = [i.diagnostic for i in explorer.verify([1]).ignored if i.diagnostic.code == "GC501"]
+    fqn = "model.layers.1.post_attention_layernorm.weight"
+    assert fp32.message.endswith(
+        f'or allow it with --allow-fp32 GLOB (allow_fp32=["{fqn}"] in the API)'
+    )

@@ -18,7 +18,9 @@ Example
 Fix
     Create the parameter in bf16, or, when the serving kernel really reads it
     in fp32, declare it (``get_pp_module_config()["fp32_params"]``, built with
-    ``--dtype float32``) or allowlist it with ``--allow-fp32``.
+    ``--dtype float32``) or allowlist it with ``--allow-fp32 GLOB``
+    (``allow_fp32=["GLOB"]`` in the API, ``allow_fp32 = ["GLOB"]`` in a check of
+    ``[tool.graphcheck]``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def check(ctx) -> list[Diagnostic]:
                 NAME,
                 f"parameter {fqn} is {dtype}, not bfloat16; create it in bf16, or declare it "
                 'fp32 (get_pp_module_config()["fp32_params"] with --dtype float32) or allow '
-                "it with --allow-fp32 GLOB",
+                f'it with --allow-fp32 GLOB (allow_fp32=["{fqn}"] in the API)',
                 node=node,
                 module=fqn,
                 stage=stage,
