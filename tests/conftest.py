@@ -89,3 +89,19 @@ def pytest_collection_modifyitems(config, items):
         nodeid = item.nodeid.replace("\\", "/")
         if nodeid.startswith(SLOW) and nodeid not in FAST:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def exports(monkeypatch):
+    """How many times a model was exported (graphcheck.api's export, counted)."""
+    from graphcheck import api
+
+    calls = []
+    real = api.export_model
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "export_model", counted)
+    return calls

@@ -26,20 +26,6 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 @pytest.fixture
-def exports(monkeypatch):
-    """How many times the uncut model was exported."""
-    calls = []
-    real = api.export_model
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(api, "export_model", counted)
-    return calls
-
-
-@pytest.fixture
 def model(tmp_path):
     """``(spec, helper file)``: a two-layer decoder whose factory imports a helper module
     (a unique name: the helper stays imported in this process)."""

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from graphcheck import api
 from graphcheck.cache import key
 from graphcheck.cache.records import RecordCache
 from graphcheck.project.check import cache_options, run_project
@@ -46,20 +45,6 @@ WINDOW = ("window_every=2)", "window_every=2, sliding_window=8)")  # layer 1's w
 PLAN = PlanResult("fail", 1, 0, 1, ("GC201",), ("GC201",), "text", "md", "{}", "{}")
 PASSED = PlanResult("pass", 0, 1, 1, (), (), "text", "md", "{}", "{}")
 PASSED_LINES = "  cuts 1: PASS (1/1 cuts proven)\nverdict: PASS · 1 check · 1/1 plans proven\n"
-
-
-@pytest.fixture
-def exports(monkeypatch):
-    """How many times a model was exported."""
-    calls = []
-    real = api.export_model
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(api, "export_model", counted)
-    return calls
 
 
 @pytest.fixture
