@@ -178,6 +178,21 @@ class Group:
                 parts.append(f"{what}{'s' if len(values) > 1 else ''} {spans(values)}")
         return " · ".join(parts)
 
+    def summary(self) -> str:
+        """What follows the code in a report's head line of the group: the rule's name,
+        what the group covers (a lone finding: its cut and stage) and how many it holds.
+
+        >>> Group((Diagnostic("GC205", "shared", "tied", cut=2, stage=1),)).summary()
+        'shared · cut 2 · stage 1'
+        """
+        d, count = self.first, len(self.members)
+        label = " (warning)" if d.severity == "warning" else ""
+        lone = [f"cut {d.cut}" if d.cut is not None else None]
+        lone += [f"stage {d.stage}" if d.stage is not None else None]
+        where = self.where() if count > 1 else " · ".join(w for w in lone if w)
+        more = f" · {count} findings" if count > 1 else ""
+        return f"{d.name}{label}" + (f" · {where}" if where else "") + more
+
 
 def _shape(d: Diagnostic) -> tuple:
     """The grouping key: code, severity, the source line (else the module, its layer

@@ -27,7 +27,6 @@ from graphcheck.rules import INFO
 
 if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
-    from graphcheck.diagnostics import Diagnostic
     from graphcheck.report import CutReport, Report
 
 __all__ = ["KINDS", "MAX_DIAGNOSTICS", "NAME", "render"]
@@ -95,21 +94,11 @@ def _fix(code: str) -> str | None:
     return " ".join(fix.split("\n\n")[0].split()).replace("``", "`") if fix else None
 
 
-def _where(d: Diagnostic) -> str:
-    where = [f"cut {d.cut}" if d.cut is not None else None]
-    where += [f"stage {d.stage}" if d.stage is not None else None]
-    return " · ".join(w for w in where if w)
-
-
 def _item(g: Group, fix: bool) -> str:
     """A finding (or a repeated one, with what it covers) as a list item; ``fix`` adds
     its rule's fix (once per code)."""
-    d, count = g.first, len(g.members)
-    label = " (warning)" if d.severity == "warning" else ""
-    where = g.where() if count > 1 else _where(d)
-    more = f" · {count} findings" if count > 1 else ""
-    head = f"- **{d.code}** {d.name}{label}" + (f" · {where}" if where else "") + more
-    lines = [head, f"  {' '.join(d.message.split())}"]
+    d = g.first
+    lines = [f"- **{d.code}** {g.summary()}", f"  {' '.join(d.message.split())}"]
     if d.source:
         lines.append(f"  at {_code(d.source)}")
     hint = _fix(d.code) if fix else None

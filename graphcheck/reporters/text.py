@@ -88,23 +88,13 @@ def _crossing_rows(crossing: list[Crossing]) -> list[str]:
 def _group_lines(g: Group) -> list[str]:
     """A finding, or a repeated one once with the layers or cuts it covers."""
     d, count = g.first, len(g.members)
-    label = " (warning)" if d.severity == "warning" else ""
-    where = g.where() if count > 1 else _single_where(d)
-    more = f" · {count} findings" if count > 1 else ""
-    head = f"{d.code} {d.name}{label}" + (f" · {where}" if where else "") + more
-    lines = [head, f"    {d.message}"]
+    lines = [f"{d.code} {g.summary()}", f"    {d.message}"]
     if d.node or d.module:
         first = f" (the first of {count})" if count > 1 else ""
         lines.append(f"    at {d.node or '-'} in {d.module or '-'}{first}")
     if d.source:
         lines.append(f"    {d.source}")
     return lines
-
-
-def _single_where(d: Diagnostic) -> str:
-    where = [f"cut {d.cut}" if d.cut is not None else None]
-    where += [f"stage {d.stage}" if d.stage is not None else None]
-    return " · ".join(w for w in where if w)
 
 
 def _diagnostic_lines(d: Diagnostic) -> list[str]:
