@@ -7,6 +7,9 @@ cached per (fixture, plan, options).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -45,3 +48,20 @@ def codes(report: Report) -> set[str]:
 
 def cut_codes(report: Report, position: int) -> set[str]:
     return set(report.cut(position).codes)
+
+
+_PROBE = (
+    "import sys\nfrom graphcheck.cli import main\ncode = main(sys.argv[1:])\n"
+    "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]\n"
+    "print('heavy:', sorted({m.split('.')[0] for m in heavy}), 'graphcheck.api' in "
+    "sys.modules, file=sys.stderr)\nsys.exit(code)\n"
+)
+
+
+def fresh_process(argv: list[str], cwd: Path | str | None = None) -> subprocess.CompletedProcess:
+    """``graphcheck ARGV`` in a fresh interpreter with the cache on; its last stderr line
+    says what heavy packages it imported: ``heavy: [] False`` is neither torch, transformers
+    nor graphcheck.api."""
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHCHECK_NO_CACHE"}
+    command = [sys.executable, "-c", _PROBE, *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)

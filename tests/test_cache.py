@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from harness import fresh_process
 
 from graphcheck import api
 from graphcheck.cache import ResultCache, Store, cacheable, key, resolve_folder
@@ -345,22 +346,9 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path, capsys):
 
 def test_a_hit_imports_neither_torch_nor_the_api(cli, exports, model, tmp_path):
     """The warm whole process: the command line, the key, the hashes, the stored report."""
-    import os
-    import subprocess
-    import sys
-
     argv = ["verify", model[0], "--cuts", "1", "--cache-dir", str(tmp_path / "c")]
     cold = cli(*argv)
-    script = (
-        "import sys\nfrom graphcheck.cli import main\ncode = main(sys.argv[1:])\n"
-        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]\n"
-        "print('heavy:', sorted({m.split('.')[0] for m in heavy}), 'graphcheck.api' in "
-        "sys.modules, file=sys.stderr)\nsys.exit(code)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHCHECK_NO_CACHE"}
-    warm = subprocess.run(
-        [sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env
-    )
+    warm = fresh_process(argv)
     assert (warm.returncode, warm.stdout) == cold[:2]
     assert "report from the cache" in warm.stderr
     assert warm.stderr.splitlines()[-1] == "heavy: [] False"

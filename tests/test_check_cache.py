@@ -12,12 +12,10 @@ decoders in a file of the temporary project (``tiny`` passes, ``skip`` fails GC2
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness import fresh_process
 
 from graphcheck.cache import key
 from graphcheck.cache.records import RecordCache
@@ -91,17 +89,7 @@ def test_a_warm_check_prints_the_cold_bytes_without_exporting_or_torch(
     code, out, err = cli("check", "--locked", "--cache-dir", cache)
     assert (code, len(exports), _notes(err)) == (1, 2, ["tiny", "skip"])
     assert "== lock: 0 changes ==\n  no change\n" in out  # compared with the lock all the same
-    script = (
-        "import sys\nfrom graphcheck.cli import main\ncode = main(sys.argv[1:])\n"
-        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]\n"
-        "print('heavy:', sorted({m.split('.')[0] for m in heavy}), 'graphcheck.api' in "
-        "sys.modules, file=sys.stderr)\nsys.exit(code)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHCHECK_NO_CACHE"}
-    argv = ["check", "--locked", "--cache-dir", str(cache)]
-    whole = subprocess.run(
-        [sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env, cwd=root
-    )
+    whole = fresh_process(["check", "--locked", "--cache-dir", str(cache)], cwd=root)
     assert (whole.returncode, whole.stdout) == (code, out)
     assert whole.stderr.splitlines()[-1] == "heavy: [] False"
 
