@@ -221,3 +221,14 @@ def test_the_legal_twins_are_a_static_pass(recipe, cut, tmp_path):
 @pytest.mark.parametrize(("recipe", "cut"), TWINS)
 def test_the_gate_agrees_with_the_legal_twins(recipe, cut, tmp_path):
     assert disagreement(recipe, cut, (5, 3, 7), tmp_path) is None
+
+
+@pytest.mark.slow
+def test_the_layer_counter_is_a_real_violation(tmp_path):
+    """Ground truth for the counter part: without stage programs the static check cannot
+    see it (PASS), and the stages the gate builds in fresh processes differ in bytes."""
+    spec = model_file(tmp_path, COUNTER)
+    explorer = Explorer(spec)
+    assert explorer.verify([1]).verdict == "pass"
+    gated = Gate(spec, explorer=explorer).run([1], docs=(5, 3, 7), mode="processes")
+    assert gated.bytes.status == "differ"
