@@ -3,7 +3,10 @@
 A hypothesis strategy composes small decoders from parts (``fixtures/adversarial.py``,
 :func:`adversarial.composed`): token-wise ops, mixers with and without document
 metadata, in-place writes to a shared buffer, cross-layer skips, reshapes of T, dtype
-casts, bitcasts, and fabricated positions. Each example is proven at one random cut;
+casts, bitcasts, fabricated positions, a kernel chosen by build-order state (a class-level
+counter of the layers that ran) and a path that pins T to the traced length, each
+violating part with its legal twin. Each example is proven at one random cut, its stage
+programs too (the composed decoders are pipeline-aware: ``stage_builder="keep-index"``);
 when the static verdict is PASS, ``graphcheck gate`` runs it on real bf16 weights and
 must show equal bytes (staged against uncut) and document isolation.
 
@@ -104,21 +107,29 @@ def model_file(directory: Path, recipe: Recipe) -> str:
     return f"{path}:model"
 
 
+def static(recipe: Recipe, cut: int, directory: Path | None = None):
+    """``(spec, explorer, report)``: the static proof of ``recipe`` at ``cut``, stage
+    programs included (every composed decoder is pipeline-aware, so the builtin
+    ``keep-index`` builder makes its stages: the ones the gate runs); ``report`` is
+    ``None`` when graphcheck could not verify (exit 2)."""
+    spec = model_file(directory or Path(tempfile.gettempdir()) / "graphcheck-fuzz", recipe)
+    explorer = Explorer(spec)
+    try:
+        report = explorer.verify([cut], stage_builder="keep-index")
+    except GraphcheckError:  # could not verify (exit 2): nothing is claimed
+        _event("static: could not verify")
+        return spec, explorer, None
+    _event(f"static: {report.verdict} {' '.join(sorted(report.codes))}".strip())
+    return spec, explorer, report
+
+
 def disagreement(
     recipe: Recipe, cut: int, docs: tuple[int, ...], directory: Path | None = None
 ) -> str | None:
     """What contradicts a static PASS of ``recipe`` at ``cut``, or None (no PASS claimed,
     or the gate agrees)."""
-    spec = model_file(directory or Path(tempfile.gettempdir()) / "graphcheck-fuzz", recipe)
-    explorer = Explorer(spec)
-    builder = "keep-index" if MODE == "processes" else None  # the stages the gate runs
-    try:
-        report = explorer.verify([cut], stage_builder=builder)
-    except GraphcheckError:  # could not verify (exit 2): nothing is claimed
-        _event("static: could not verify")
-        return None
-    _event(f"static: {report.verdict} {' '.join(sorted(report.codes))}".strip())
-    if report.verdict != "pass":
+    spec, explorer, report = static(recipe, cut, directory)
+    if report is None or report.verdict != "pass":
         return None
     gated = Gate(spec, explorer=explorer).run([cut], docs=docs, mode=MODE)
     problems = []
@@ -167,3 +178,57 @@ def test_fuzzer_regressions(name, tmp_path):
     """The fuzzer's findings, kept: each names a recipe, a cut and documents."""
     recipe, cut, docs = REGRESSIONS[name]
     assert disagreement(recipe, cut, docs, tmp_path) is None
+
+
+# --- the parts' violating forms are never a static PASS; their twins agree ----------------
+
+COUNTER = Recipe(layers=((), ("counter_kernel",)))  # layer 1 counts itself 0 on stage 1
+PINNED = Recipe(layers=(("pin_t",), ()))
+
+
+def test_a_kernel_chosen_by_a_layer_counter_fails_in_the_stage_programs(tmp_path):
+    _, _, report = static(COUNTER, 1, tmp_path)
+    assert report.verdict == "fail" and report.codes == {"GC301"}
+    (found,) = report.diagnostics
+    assert found.message.startswith("global layer 1: uncut program runs `parts.0 (Part)`")
+
+
+def test_a_pinned_t_fails_and_says_documents_cannot_be_tracked(tmp_path):
+    _, _, report = static(PINNED, 1, tmp_path)
+    assert report.verdict == "fail" and {"GC401", "GC403"} <= report.codes
+    untracked = [d for d in report.diagnostics if d.code == "GC401"]
+    assert untracked[0].message.startswith(
+        "documents cannot be tracked: the export fixed T to 29 at this op"
+    )
+
+
+TWINS = [
+    pytest.param(Recipe(layers=((), ("index_kernel",))), 1, id="index_kernel"),
+    pytest.param(Recipe(layers=((), (), ("counter_kernel",))), 2, id="counter_even_cut"),
+    pytest.param(Recipe(layers=(("check_t",), ())), 1, id="check_t"),
+]
+
+
+@pytest.mark.parametrize(("recipe", "cut"), TWINS)
+def test_the_legal_twins_are_a_static_pass(recipe, cut, tmp_path):
+    """The twins (and a counter whose stage starts at an even cut: it counts the same
+    parity) raise nothing, stage programs included."""
+    _, _, report = static(recipe, cut, tmp_path)
+    assert report.verdict == "pass" and report.diagnostics == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("recipe", "cut"), TWINS)
+def test_the_gate_agrees_with_the_legal_twins(recipe, cut, tmp_path):
+    assert disagreement(recipe, cut, (5, 3, 7), tmp_path) is None
+
+
+@pytest.mark.slow
+def test_the_layer_counter_is_a_real_violation(tmp_path):
+    """Ground truth for the counter part: without stage programs the static check cannot
+    see it (PASS), and the stages the gate builds in fresh processes differ in bytes."""
+    spec = model_file(tmp_path, COUNTER)
+    explorer = Explorer(spec)
+    assert explorer.verify([1]).verdict == "pass"
+    gated = Gate(spec, explorer=explorer).run([1], docs=(5, 3, 7), mode="processes")
+    assert gated.bytes.status == "differ"

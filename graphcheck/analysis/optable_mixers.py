@@ -560,10 +560,28 @@ def shift(interp: Interp, node: torch.fx.Node) -> Val:
         pending = frozenset({node})
         return src.with_(dep=Dep.SPAN, leaks=pending, shift=(dims[0], 1, node), kind=None,
                          guard=None, tri=None)  # fmt: skip
+    if dims and _symbolic_pad(node, dims, len(src.toks)):
+        return interp.leak(node, f"`{op_name(node.target)}` pads the token dimension by a "
+                           "width computed from sizes, which graphcheck does not follow "
+                           "(fail closed)")  # fmt: skip
     if dims:
         return interp.leak(node, f"`{op_name(node.target)}` moves tokens along the token "
                            "dimension onto other tokens' positions")  # fmt: skip
     return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([src]))
+
+
+def _pad_widths(node: torch.fx.Node) -> list | None:
+    """The ``pad`` argument of a pad op (entries an int or a size node), else ``None``."""
+    if op_name(node.target).split(".")[1] not in ("constant_pad_nd", "pad"):
+        return None
+    return list(bind(node).get("pad") or [])
+
+
+def _symbolic_pad(node: torch.fx.Node, dims: list[int], n: int) -> bool:
+    """A pad of one of ``dims`` by a width that is not a Python int (a size of the graph)."""
+    pad = _pad_widths(node)
+    sides = [pad[2 * (n - 1 - d) + j] for d in dims for j in (0, 1)] if pad is not None else []
+    return any(type(width) is not int for width in sides)
 
 
 def _shift_amount(node: torch.fx.Node, dim: int, n: int) -> int | None:
@@ -580,7 +598,10 @@ def _shift_amount(node: torch.fx.Node, dim: int, n: int) -> int | None:
     if name in ("constant_pad_nd", "pad"):
         pad = list(bound.get("pad") or [])
         i = n - 1 - dim
-        return pad[2 * i] if pad[2 * i] == -pad[2 * i + 1] else None
+        before, after = pad[2 * i], pad[2 * i + 1]
+        if type(before) is not int or type(after) is not int:  # a symbolic width
+            return None
+        return before if before == -after else None
     return None
 
 
@@ -589,7 +610,8 @@ def _shifted_dims(node: torch.fx.Node, n: int) -> list[int]:
     bound = bind(node)
     if name in ("constant_pad_nd", "pad"):
         pad = list(bound.get("pad") or [])
-        return [n - 1 - i for i in range(len(pad) // 2) if pad[2 * i] != 0 or pad[2 * i + 1] != 0]
+        nonzero = [not (type(w) is int and w == 0) for w in pad]  # a symbolic width may not be 0
+        return [n - 1 - i for i in range(len(pad) // 2) if nonzero[2 * i] or nonzero[2 * i + 1]]
     dims = bound.get("dims")
     if dims is None or dims == []:
         return list(range(n))

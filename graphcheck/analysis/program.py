@@ -44,6 +44,8 @@ class Program:
     backward: list[tuple[torch.fx.Node, torch.fx.Node]] = field(default_factory=list)
     leaks: dict[torch.fx.Node, str] = field(default_factory=dict)  # GC401 origins -> reason
     fabricated: dict[torch.fx.Node, str] = field(default_factory=dict)  # GC402 origins
+    # GC401: the first op over a T the export fixed to a constant (documents untracked)
+    untracked: dict[torch.fx.Node, str] = field(default_factory=dict)
     # in-place writes (see passes/link_mutations_pass.py): extra write -> read edges,
     # every write with the storage root it writes, and state carried to the next step
     mutation_inputs: dict[torch.fx.Node, list[torch.fx.Node]] = field(default_factory=dict)
@@ -154,6 +156,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
         persisted=mutations.persisted,
         leaks=locality.leaks,
         fabricated=locality.fabricated,
+        untracked=locality.untracked,
     )
     _check_layers_seen(program)
     return program

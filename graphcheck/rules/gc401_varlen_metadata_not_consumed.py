@@ -13,7 +13,10 @@ What it checks
     work -> scatter-back through a permutation and its inverse (token-choice
     MoE). A finding names the op where the mixing starts and why. An op the
     table does not know that touches a token dimension is a finding too (fail
-    closed).
+    closed), and so is a program whose export fixed T to the example's length: no
+    dimension is then known to run over the tokens, and the finding names the first
+    op over that length ("documents cannot be tracked"; GC403 reports the
+    specialisation itself).
 
 Why it matters
     Packed batches hold several documents in one row. An op that lets a token
@@ -49,13 +52,17 @@ SUMMARY = "an op mixes tokens across packed documents"
 
 
 def check(ctx) -> list[Diagnostic]:
-    """One finding per module and reason (a loop unrolled by export repeats an op)."""
+    """One finding per module and reason (a loop unrolled by export repeats an op), after
+    the one for a T the export fixed (when it did)."""
     program = ctx.program
+    found = [
+        Diagnostic.at(CODE, NAME, reason, node=node)
+        for node, reason in getattr(program, "untracked", {}).items()
+    ]
     order = {n: i for i, n in enumerate(program.graph.nodes)}
     groups: dict[tuple[str, str], list] = {}
     for node, reason in sorted(program.leaks.items(), key=lambda kv: order.get(kv[0], -1)):
         groups.setdefault((module_path(node) or "", reason), []).append(node)
-    found = []
     for (_, reason), nodes in groups.items():
         more = f" ({len(nodes)} such ops here)" if len(nodes) > 1 else ""
         message = (

@@ -16,6 +16,15 @@ value outlives the call):
 
 Only origins that reach an output count: mixing inside dead code or inside
 structural bookkeeping that a document-aware op consumes is not a finding.
+
+A third fact fails closed where no proof can be built: when the export fixed T to
+the example's length (a model that specialises: ``torch._check(T == 29)``, a Python
+branch on ``x.shape[1] == 29``), no size is symbolic in T and no dimension can be
+recognised as the token dimension. ``untracked`` then holds the first op (in graph
+order) whose value has a dimension of that size and is computed from the token
+inputs (tokens, positions, the hidden states of a stage), with the reason; GC401
+reports it (and GC403 the specialisation itself). A constant of the same size that
+is not computed from the tokens (a weight's width) is not taken for T.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import operator
 import torch
 import torch.fx
 
-from graphcheck.analysis.fx import is_view_node
+from graphcheck.analysis.fx import is_view_node, op_name
 from graphcheck.analysis.locality import Dep, Interp, Kind, Val, carry, meta_toks
 from graphcheck.analysis.passes.base import NodePass
 from graphcheck.analysis.transfer import transfer
@@ -55,12 +64,18 @@ class PropagateLocalityPass(NodePass, Interp):
         self.stored: dict[torch.fx.Node, list] = {}  # root -> [(position, written value)]
         self.leaks: dict[torch.fx.Node, str] = {}
         self.fabricated: dict[torch.fx.Node, str] = {}
+        self.fixed_length: int | None = None  # T when the export made it a constant
+        self.untracked: dict[torch.fx.Node, str] = {}  # the first op over a fixed T
 
     def placeholder(self, node: torch.fx.Node) -> None:
         name = self.inputs.get(node.name)
         val = node.meta.get("val")
         toks = meta_toks(val, self.tokens)
         row = BY_NAME.get(name) if name is not None else None
+        if row is not None and row.dim_name == "T" and isinstance(val, torch.Tensor):
+            size = _constant(val.shape[row.dim]) if row.dim < val.dim() else None
+            if size is not None:  # not a symbol: the export specialised T
+                self.fixed_length = size
         if row is not None and row.structure in _STRUCTURE_KINDS and node not in self.mutated:
             kind, dep = _STRUCTURE_KINDS[row.structure]
             absolute = frozenset({node}) if kind in (Kind.CU, Kind.LENGTH) else frozenset()
@@ -82,12 +97,27 @@ class PropagateLocalityPass(NodePass, Interp):
             self._see_writes(arg)
         writes_before = len(self.writes)
         self.vals[node] = transfer(self, node)
+        if self.fixed_length is not None and not self.untracked:
+            self._over_fixed_length(node)
         root = self.alias_root.get(node.args[0], node.args[0]) if node.args else None
         if len(self.writes) > writes_before and isinstance(root, torch.fx.Node):
             self.alias_root[node] = root
             self.stored.setdefault(root, []).append((self.order[node], self.vals[node]))
         elif is_view_node(node) and isinstance(node.args[0], torch.fx.Node):
             self.alias_root[node] = self.alias_root.get(node.args[0], node.args[0])
+
+    def _over_fixed_length(self, node: torch.fx.Node) -> None:
+        """Record ``node`` as where documents stop being tracked when its value has a
+        dimension of the fixed T and it reads values computed from the token inputs."""
+        if not any(_sizes_of(node.meta.get("val"), self.fixed_length)):
+            return
+        if not any(v.dep > Dep.NONE or v.leaks for v in map(self.val, node.all_input_nodes) if v):
+            return
+        self.untracked[node] = (
+            f"documents cannot be tracked: the export fixed T to {self.fixed_length} at this "
+            f"op (`{op_name(node.target)}`: a specialised token count, so no dimension is "
+            "known to run over the tokens); make the length dynamic (see GC403)"
+        )
 
     def _see_writes(self, arg: torch.fx.Node) -> None:
         root = self.alias_root.get(arg, arg)
@@ -110,6 +140,23 @@ class PropagateLocalityPass(NodePass, Interp):
                 self.leaks.setdefault(origin, self.reasons.get(origin, "mixes tokens"))
             for origin in val.absolute:
                 self.fabricated.setdefault(origin, self.reasons.get(origin, "absolute index"))
+
+
+def _constant(size) -> int | None:
+    """``size`` when it is a number (an int, or a SymInt whose expression is one), read
+    without asking the shape environment."""
+    if isinstance(size, torch.SymInt):
+        size = size.node.expr
+    return int(size) if getattr(size, "is_Integer", False) or type(size) is int else None
+
+
+def _sizes_of(val, size: int):
+    """Whether each tensor of ``val`` (a tensor or a tuple of them) has a dim ``size``."""
+    if isinstance(val, torch.Tensor):
+        return [any(_constant(d) == size for d in val.shape)]
+    if isinstance(val, (tuple, list)):
+        return [found for item in val for found in _sizes_of(item, size)]
+    return []
 
 
 def _flat(val) -> list[Val]:
