@@ -67,10 +67,8 @@ class ShadowValues(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        try:
+        with contextlib.suppress(Exception):  # a value not computed stays unknown
             _shadow(func, args, kwargs, out)
-        except Exception:  # a value not computed stays unknown, and is reported so
-            pass
         return out
 
 
@@ -166,7 +164,8 @@ def max_abs_diff(a: TensorValue, b: TensorValue) -> float | None:
     """The largest absolute difference of two values of the same shape, when both are
     kept (``None`` otherwise).
 
-    >>> max_abs_diff(TensorValue("f", (2,), "a", (1.0, 2.0)), TensorValue("f", (2,), "b", (1.0, 2.5)))
+    >>> a, b = TensorValue("f", (2,), "a", (1.0, 2.0)), TensorValue("f", (2,), "b", (1.0, 2.5))
+    >>> max_abs_diff(a, b)
     0.5
     """
     if not a.values or not b.values or len(a.values) != len(b.values) or a.shape != b.shape:

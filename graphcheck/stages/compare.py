@@ -28,8 +28,8 @@ from networkx.algorithms.isomorphism import DiGraphMatcher
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import INPUT, OUTPUT, Region, RegionKind
 from graphcheck.diagnostics import source_line
+from graphcheck.model.values import LIMIT, TensorValue, max_abs_diff
 from graphcheck.stages.build import StageProgram
-from graphcheck.model.values import TensorValue, max_abs_diff
 from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
 
 __all__ = ["Mismatch", "MismatchKind", "compare_stage", "same_part"]
@@ -185,17 +185,23 @@ def _unknown_values(up: Part, sp: Part, index: int, layer, what: str) -> list[Mi
     """A value the part reads that graphcheck could not compute, in either program:
     it cannot be compared, so it is not taken as equal."""
     found = []
-    for program, part, other in (("uncut program", up, sp), (f"stage {index}", sp, up)):
-        for key, value in part.values.items():
-            if not value.known:
-                message = (
-                    f"{what}: {key} cannot be compared by value: the {program} holds no "
-                    f"value for it ({value.why}); register it so a fake build computes it "
-                    "(at most a million elements, from Python numbers and other such "
-                    "tensors), or build the stage so it keeps the uncut layer"
-                )
-                node = _value_node(sp, key) or _value_node(other, key)
-                found.append(Mismatch(MismatchKind.UNKNOWN_VALUE, index, layer, message, node))
+    for key in dict.fromkeys([*up.values, *sp.values]):
+        values = [(p, part.values.get(key)) for p, part in (("uncut", up), ("stage", sp))]
+        missing = [(p, v) for p, v in values if v is not None and not v.known]
+        if not missing:
+            continue
+        where = " and ".join(
+            "the uncut program" if p == "uncut" else f"stage {index}'s program" for p, _ in missing
+        )
+        message = (
+            f"{what}: {key} cannot be compared by value: {where} "
+            f"{'have' if len(missing) > 1 else 'has'} no value for it "
+            f"({missing[0][1].why}); make it at most {LIMIT} elements computed at "
+            "construction (from Python numbers and such tensors), or persistent (loaded from "
+            "the checkpoint, compared by name)"
+        )
+        node = _value_node(sp, key) or _value_node(up, key)
+        found.append(Mismatch(MismatchKind.UNKNOWN_VALUE, index, layer, message, node))
     return found
 
 
