@@ -146,3 +146,19 @@ def test_persistent_buffers_are_compared_by_name_only():
     assert by_value(None, persistent, node) is None
     parameter = InputSpec(InputKind.PARAMETER, TensorArgument("b_gain"), "gain")
     assert by_value(None, parameter, node) is None
+
+
+def test_lock_fingerprints_tell_layers_apart_by_buffer_value():
+    # graphcheck.lock hashes each layer's part: a rope base change is a lock change
+    from graphcheck.analysis.regions import Region, RegionKind
+    from graphcheck.stages.fingerprint import Provenance, part_of
+
+    def hashes(name: str) -> list[str]:
+        program = explorer(f"buffer_values:{name}").program
+        provenance = Provenance(program)
+        return [part_of(program, Region(RegionKind.LAYER, i), provenance).hash for i in range(8)]
+
+    keyed = hashes("rope_base_by_layer")
+    assert keyed[3] == keyed[7] and keyed[3] != keyed[2]
+    assert len(set(keyed)) == 2
+    assert len(set(hashes("rope_base_uniform"))) == 1
