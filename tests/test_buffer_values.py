@@ -162,3 +162,13 @@ def test_lock_fingerprints_tell_layers_apart_by_buffer_value():
     assert keyed[3] == keyed[7] and keyed[3] != keyed[2]
     assert len(set(keyed)) == 2
     assert len(set(hashes("rope_base_uniform"))) == 1
+
+
+def test_side_input_computed_from_another_model_level_buffer():
+    # the stage recomputes the model-level inv_freq the prelude's rotary tables come from
+    builder = spec("buffer_values:other_rope_base")
+    report = explorer("reference:reference").verify([4], stage_builder=builder)
+    assert {d.code for d in report.errors} == {"GC303"}
+    assert len(report.errors) == 8  # every layer reads the tables
+    message = report.errors[0].message
+    assert "side input computed from buffer model.inv_freq, which differs by value" in message

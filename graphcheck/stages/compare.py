@@ -217,8 +217,15 @@ def _value_difference(up: Part, sp: Part, index, layer, what, kind) -> Mismatch 
         if svalue is None or not (uvalue.known and svalue.known) or uvalue.sha == svalue.sha:
             continue
         detail = _value_detail(uvalue, svalue)
+        snode, unode = _value_node(sp, key), _value_node(up, key)
+        if snode is not None and snode.label.startswith("side:"):  # computed in the prelude
+            message = (
+                f"{what} reads a side input computed from {key}, which differs by value "
+                f"({detail}); compute it from the uncut model's config"
+            )
+            return Mismatch(MismatchKind.SIDE_PRELUDE, index, layer, message, snode, unode)
         message = f"{what}: {key} differs by value ({detail})"
-        return Mismatch(kind, index, layer, message, _value_node(sp, key), _value_node(up, key))
+        return Mismatch(kind, index, layer, message, snode, unode)
     return None
 
 
