@@ -10,7 +10,9 @@
 * :mod:`~graphcheck.model.layout` - the layer container and the edge modules, from
   ``get_pp_module_config()``, flags or detection;
 * :mod:`~graphcheck.model.session` - the built model, its layout and the options every
-  later build repeats.
+  later build repeats;
+* :mod:`~graphcheck.model.values` - the real values of the small tensors (buffers,
+  constants) the fake build computes beside it, for comparing them by value.
 """
 
 __all__: list[str] = []

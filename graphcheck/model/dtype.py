@@ -53,6 +53,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from graphcheck.errors import ModelLoadError
 from graphcheck.model.modes import choice
+from graphcheck.model.values import shadow_values
 
 __all__ = [
     "BuildDtype",
@@ -191,7 +192,7 @@ def cast_to_bf16(model: nn.Module, keep: Collection[str] = ()) -> list[str]:
 
 
 def _bf16(tensor: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
+    with torch.no_grad(), shadow_values():  # a buffer's value is cast with it
         value = tensor.detach().to(torch.bfloat16)
     if isinstance(tensor, nn.Parameter):
         return nn.Parameter(value, requires_grad=tensor.requires_grad)

@@ -28,6 +28,7 @@ from graphcheck.errors import ModelLoadError
 from graphcheck.model.dtype import fake_conversions
 from graphcheck.model.modes import ProgramMode, as_program_mode
 from graphcheck.model.spec import parse_spec, require_file
+from graphcheck.model.values import shadow_values
 
 __all__ = [
     "ProgramMode",
@@ -105,9 +106,11 @@ def build_fake(
 ) -> nn.Module:
     """Call ``factory`` with ``dtype`` (bf16) as the default dtype under ``mode``; check it
     returns a module, put in the ``program`` mode (train or eval). A factory may call
-    ``.to()`` on its fake weights (:func:`graphcheck.model.dtype.fake_conversions`)."""
+    ``.to()`` on its fake weights (:func:`graphcheck.model.dtype.fake_conversions`). The
+    real values of its small tensors (buffers) are computed beside it
+    (:mod:`graphcheck.model.values`)."""
     try:
-        with mode, default_dtype(dtype), fake_conversions():
+        with mode, default_dtype(dtype), fake_conversions(), shadow_values():
             model = factory()
     except Exception as err:
         name = getattr(factory, "__name__", "factory")

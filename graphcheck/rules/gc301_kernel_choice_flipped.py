@@ -4,8 +4,9 @@ What it checks
     For every global layer ``g`` of every stage, the program the stage module
     runs for ``g`` is the uncut program's layer ``g``: the same ops with the
     same non-tensor arguments (window sizes, scales, eps), the same parameters
-    (by FQN relative to the layer) and the same side inputs (which mask, which
-    rotary table). Requires ``--stage-builder``.
+    (by FQN relative to the layer), the same non-persistent buffers and constant
+    tensors by value (a rotary ``inv_freq`` its layer index chose) and the same
+    side inputs (which mask, which rotary table). Requires ``--stage-builder``.
 
 Why it matters
     Model code picks kernels by layer index (``config.layer_types[layer_idx]``,
@@ -15,7 +16,8 @@ Why it matters
 
 Example
     A stage rebuilt with ``num_hidden_layers=4`` for layers 4-7: its local layer
-    0 (global 4) takes the layer-0 norm, and its sliding-window layers move.
+    0 (global 4) takes the layer-0 norm, and its sliding-window layers move; a
+    stage rebuilt from layer 2 gives global layer 3 the rope base of layer 1.
 
 Fix
     Build stages that keep global layer indices (prune the layer container, or

@@ -51,6 +51,7 @@ from graphcheck.analysis.regions import GLUE, INPUT, OUTPUT, Region, RegionKind
 from graphcheck.errors import AnalysisError, GraphcheckError, LayoutError, one_line, reworded
 from graphcheck.model.layout import _LAYER_CANDIDATES, Layout, _layer_keys
 from graphcheck.model.load import default_dtype
+from graphcheck.model.values import shadow_values
 from graphcheck.stages.builders import call_builder
 from graphcheck.stages.fingerprint import (
     NodeRecord,
@@ -205,7 +206,7 @@ def build_stage(
 
 
 def _call_builder(builder, model, mode, index, layers, num_stages, name) -> nn.Module:
-    with mode, default_dtype(torch.bfloat16):
+    with mode, default_dtype(torch.bfloat16), shadow_values():  # buffers' values too
         return call_builder(builder, model, index, layers, num_stages, name)
 
 

@@ -9,6 +9,10 @@ owning rule (GC301 or GC303).
 
 Parts are compared by a Weisfeiler-Lehman hash (different hashes prove a
 difference) and, when hashes agree, by an exact ``DiGraphMatcher`` isomorphism.
+Non-persistent buffers and constant tensors are compared by value
+(:attr:`~graphcheck.stages.fingerprint.Part.values`): a layer whose ``inv_freq``
+another layer index computed is a difference naming the buffer, and a value
+graphcheck could not compute is one too (it fails closed, never compares equal).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from networkx.algorithms.isomorphism import DiGraphMatcher
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import INPUT, OUTPUT, Region, RegionKind
 from graphcheck.diagnostics import source_line
+from graphcheck.model.values import LIMIT, TensorValue, max_abs_diff
 from graphcheck.stages.build import StageProgram
 from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
 
@@ -41,6 +46,7 @@ class MismatchKind(StrEnum):
     MISSING = "missing"  # a layer (or edge) the stage does not run
     EXTRA = "extra"  # a layer the uncut program does not run
     GLUE = "glue"  # model-level work outside every module
+    UNKNOWN_VALUE = "unknown-value"  # a value compared by value that graphcheck cannot compute
 
 
 @dataclass
@@ -102,7 +108,7 @@ def compare_stage(
     the uncut program; the stage program must run exactly those outside its layers."""
     u = _Uncut(uncut)
     present = set(uncut.layout.layer_keys.values())
-    found = []
+    found: list[Mismatch] = []
     for g in stage.layers:
         sp = stage.parts.get(Region(RegionKind.LAYER, g))
         if g not in present:
@@ -117,7 +123,22 @@ def compare_stage(
         found += _boundary(stage, hidden)
     if glue is not None:
         found += _glue_difference(stage, glue)
-    return found
+    return _once(found)
+
+
+def _once(found: list[Mismatch]) -> list[Mismatch]:
+    """The mismatches with one unknown value reported once a stage (a model-level
+    buffer that every layer's side inputs read is one finding, not one a layer)."""
+    seen: set[str] = set()
+    kept = []
+    for m in found:
+        if m.kind == MismatchKind.UNKNOWN_VALUE:
+            key = m.message.split(": ", 1)[-1]
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(m)
+    return kept
 
 
 def _extra_layer(stage: StageProgram, g: int, part: Part | None) -> list[Mismatch]:
@@ -145,15 +166,82 @@ def _glue_difference(stage: StageProgram, expected: Counter) -> list[Mismatch]:
 
 
 def _compare(up: Part, sp: Part, u: _Uncut, index: int, layer) -> list[Mismatch]:
-    if same_part(up, sp):
-        return []
     what = f"global layer {layer}" if layer is not None else _edge_name(up)
+    unknown = _unknown_values(up, sp, index, layer, what)
+    if same_part(up, sp):
+        return unknown
     if not sp.ops and up.ops:
         return [Mismatch(MismatchKind.MISSING, index, layer, f"stage {index} does not run {what}")]
     kind = MismatchKind.LAYER if layer is not None else MismatchKind.EDGE
     if up.labels() != sp.labels():
-        return [_op_difference(up, sp, index, layer, what, kind)]
-    return [_external_difference(up, sp, u, index, layer, what, kind)]
+        return [*unknown, _op_difference(up, sp, index, layer, what, kind)]
+    by_value = _value_difference(up, sp, index, layer, what, kind)
+    if by_value is not None:
+        return [*unknown, by_value]
+    return [*unknown, _external_difference(up, sp, u, index, layer, what, kind)]
+
+
+def _unknown_values(up: Part, sp: Part, index: int, layer, what: str) -> list[Mismatch]:
+    """A value the part reads that graphcheck could not compute, in either program:
+    it cannot be compared, so it is not taken as equal."""
+    found = []
+    for key in dict.fromkeys([*up.values, *sp.values]):
+        values = [(p, part.values.get(key)) for p, part in (("uncut", up), ("stage", sp))]
+        missing = [(p, v) for p, v in values if v is not None and not v.known]
+        if not missing:
+            continue
+        where = " and ".join(
+            "the uncut program" if p == "uncut" else f"stage {index}'s program" for p, _ in missing
+        )
+        message = (
+            f"{what}: {key} cannot be compared by value: {where} "
+            f"{'have' if len(missing) > 1 else 'has'} no value for it "
+            f"({missing[0][1].why}); make it at most {LIMIT} elements computed at "
+            "construction (from Python numbers and such tensors), or persistent (loaded from "
+            "the checkpoint, compared by name)"
+        )
+        node = _value_node(sp, key) or _value_node(up, key)
+        found.append(Mismatch(MismatchKind.UNKNOWN_VALUE, index, layer, message, node))
+    return found
+
+
+def _value_node(part: Part, key: str) -> NodeRecord | None:
+    external = part.value_nodes.get(key)
+    return part.externals.get(external) if external else None
+
+
+def _value_difference(up: Part, sp: Part, index, layer, what, kind) -> Mismatch | None:
+    """The first value both parts read under one name that differs."""
+    for key, uvalue in up.values.items():
+        svalue = sp.values.get(key)
+        if svalue is None or not (uvalue.known and svalue.known) or uvalue.sha == svalue.sha:
+            continue
+        detail = _value_detail(uvalue, svalue)
+        snode, unode = _value_node(sp, key), _value_node(up, key)
+        if snode is not None and snode.label.startswith("side:"):  # computed in the prelude
+            message = (
+                f"{what} reads a side input computed from {key}, which differs by value "
+                f"({detail}); compute it from the uncut model's config"
+            )
+            return Mismatch(MismatchKind.SIDE_PRELUDE, index, layer, message, snode, unode)
+        message = f"{what}: {key} differs by value ({detail})"
+        return Mismatch(kind, index, layer, message, snode, unode)
+    return None
+
+
+def _value_detail(u: TensorValue, s: TensorValue) -> str:
+    """``uncut sha 1a2b..., this stage's 3c4d...; max abs diff 0.07; uncut [..], stage [..]``."""
+    text = f"uncut sha {u.short()}, this stage's {s.short()}"
+    if (u.dtype, u.shape) != (s.dtype, s.shape):
+        return text + f"; uncut {u.dtype}{list(u.shape)}, stage {s.dtype}{list(s.shape)}"
+    diff = max_abs_diff(u, s)
+    if diff is None:
+        return text
+    at = next(i for i, (a, b) in enumerate(zip(u.values, s.values, strict=True)) if a != b)
+    return text + (
+        f"; max abs diff {diff:.4g}; element {at}: uncut {u.values[at]:.6g}, "
+        f"stage {s.values[at]:.6g}"
+    )
 
 
 def _edge_name(part: Part) -> str:

@@ -14,6 +14,15 @@ the output modules) as a labelled ``networkx.DiGraph``:
   side input (mask, rotary table, varlen metadata) by its *provenance*: a hash
   of how the prelude computed it from the inputs, so a sliding-window layer
   and a full layer that differ only in the mask they read are told apart;
+* a non-persistent buffer, and a constant tensor the program holds (a tensor
+  attribute, a tensor the forward makes from Python numbers), is labelled by its
+  *value* too: a hash of its dtype, shape and bytes, from the real values the fake
+  build computed (:mod:`graphcheck.model.values`). A lifted constant is named without
+  export's counter (``lifted_tensor``), which numbers them across the program. A
+  persistent buffer is compared by FQN only, as a parameter: a rank loads it from the
+  checkpoint, so the value it was built with is not the value it runs with. The
+  values a part reads (its own, and those the side inputs it reads were computed from)
+  are in :attr:`Part.values`;
 * edges carry the argument positions.
 
 Parts hold :class:`NodeRecord` values, not FX nodes: plain data that pickles, so a
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -35,6 +45,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import torch
 import torch.fx
+from torch.export.graph_signature import InputKind
 from torch.utils._pytree import tree_flatten
 
 from graphcheck.analysis.fx import is_view_node, op_name
@@ -42,11 +53,13 @@ from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import GLUE, Region, RegionKind
 from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import normalize_fqn
+from graphcheck.model.values import TensorValue, tensor_value
 
 __all__ = [
     "NodeRecord",
     "Part",
     "Provenance",
+    "by_value",
     "canonical",
     "external_label",
     "glue_labels",
@@ -102,6 +115,10 @@ class Provenance:
         self.program = program
         self.rename = rename or (lambda fqn: fqn)
         self.memo: dict[torch.fx.Node, str] = {}
+        self.read: dict[torch.fx.Node, dict[str, TensorValue]] = {}
+        self._values: dict[torch.fx.Node, TensorValue | None] = {}
+        specs = program.exported.program.graph_signature.input_specs
+        self._specs = {spec.arg.name: spec for spec in specs}
 
     def fqn(self, fqn: str, layer: int | None = None) -> str:
         """``fqn`` as compared across programs: relative to its layer when ``layer`` owns
@@ -113,6 +130,30 @@ class Provenance:
         key = fqn[len(layout.layer_prefix) + 1 :].split(".", 1)
         rest = key[1] if len(key) > 1 else ""
         return rest if owner == layer else f"layer {owner}/{rest}"
+
+    def value(self, node: torch.fx.Node) -> TensorValue | None:
+        """The value of ``node`` if it is compared by value (a non-persistent buffer, a
+        constant tensor; see the module docstring), else ``None``."""
+        if node not in self._values:
+            self._values[node] = by_value(self.program, self._specs.get(node.name), node)
+        return self._values[node]
+
+    def key(self, node: torch.fx.Node, layer: int | None = None) -> str:
+        """How a value compared by value is named: ``buffer self_attn.rotary.inv_freq``,
+        ``constant lifted_tensor`` (export's counter left out)."""
+        spec = self._specs[node.name]
+        kind = "constant" if spec.kind == InputKind.CONSTANT_TENSOR else "buffer"
+        return f"{kind} {_LIFTED.sub('lifted_tensor', self.fqn(spec.target, layer))}"
+
+    def reads(self, node: torch.fx.Node) -> dict[str, TensorValue]:
+        """The values compared by value that ``node`` was computed from, by :meth:`key`."""
+        if node not in self.read:
+            value = self.value(node) if node.op == "placeholder" else None
+            found = {self.key(node): value} if value is not None else {}
+            for parent in node.all_input_nodes:
+                found |= self.reads(parent)
+            self.read[node] = found
+        return self.read[node]
 
     def __call__(self, node: torch.fx.Node) -> str:
         if node not in self.memo:
@@ -127,6 +168,8 @@ class Provenance:
             owned = program.owner.get(node)
             source = self.fqn(owned) if owned else self._input_name(node)
             text = f"{program.region[node].kind}:{source}:{value_label(program, node)}"
+            value = self.value(node)
+            text += f"#{value.short()}" if value is not None else ""
         else:
             parents = [self(a) for a in node.all_input_nodes]
             text = op_label(program, node) + "|" + ",".join(parents)
@@ -135,6 +178,28 @@ class Provenance:
     def _input_name(self, node: torch.fx.Node) -> str:
         names = {n: k for k, n in self.program.user_inputs.items()}
         return names.get(node, node.name)
+
+
+_LIFTED = re.compile(r"lifted_tensor_\d+$")  # export numbers the constants it lifts
+
+
+def by_value(program: Program, spec, node: torch.fx.Node) -> TensorValue | None:
+    """The :class:`TensorValue` of a placeholder compared by value: a non-persistent
+    buffer or a constant tensor (``spec`` is its input spec); ``None`` for anything else,
+    a persistent buffer too (a rank loads it from the checkpoint)."""
+    if node.op != "placeholder" or spec is None or spec.target is None:
+        return None
+    buffer = spec.kind == InputKind.BUFFER and not spec.persistent
+    if not buffer and spec.kind != InputKind.CONSTANT_TENSOR:
+        return None
+    exported = program.exported.program
+    tensor = exported.constants.get(spec.target, exported.state_dict.get(spec.target))
+    if not isinstance(tensor, torch.Tensor):
+        val = node.meta.get("val")
+        dtype = str(getattr(val, "dtype", "unknown")).removeprefix("torch.")
+        shape = tuple(int(d) for d in getattr(val, "shape", ()))
+        return TensorValue(dtype, shape, None, why="the exported program does not hold it")
+    return tensor_value(tensor)
 
 
 @dataclass(frozen=True)
@@ -206,6 +271,8 @@ class Part:
     graph: nx.DiGraph
     ops: list[NodeRecord] = field(default_factory=list)
     externals: dict[str, NodeRecord] = field(default_factory=dict)
+    values: dict[str, TensorValue] = field(default_factory=dict)  # read, by Provenance.key
+    value_nodes: dict[str, str] = field(default_factory=dict)  # key -> its external's key
 
     @property
     def hash(self) -> str:
@@ -291,7 +358,25 @@ def _external(program, part: Part, node, provenance: Provenance) -> str:
         label = external_label(program, node, provenance, part.region.layer)
         part.externals[key] = record(program, node, label)
         part.graph.add_node(key, label=label)
+        _add_values(part, key, node, provenance, label.startswith("side:"))
     return key
+
+
+def _add_values(part: Part, key: str, node, provenance: Provenance, side: bool) -> None:
+    """The values compared by value that ``node``, read by ``part``, is or was computed
+    from; a second value under one name is numbered (``constant lifted_tensor (2)``)."""
+    value = provenance.value(node)
+    if value is not None:
+        found = {provenance.key(node, part.region.layer): value}
+    else:
+        found = provenance.reads(node) if side else {}
+    for name, value in found.items():
+        n, unique = 1, name
+        while unique in part.values and part.values[unique] != value:
+            n += 1
+            unique = f"{name} ({n})"
+        part.values[unique] = value
+        part.value_nodes.setdefault(unique, key)
 
 
 def external_label(program: Program, node, provenance: Provenance, layer: int | None) -> str:
@@ -299,6 +384,10 @@ def external_label(program: Program, node, provenance: Provenance, layer: int | 
     region = program.region.get(node)
     fqn = program.owner.get(node)
     if region is not None and region.kind in (RegionKind.PARAMETER, RegionKind.BUFFER) and fqn:
+        value = provenance.value(node)
+        if value is not None:  # the name without export's counter, and the value
+            kind, name = provenance.key(node, layer).split(" ", 1)
+            return f"{kind}:{name}:{value_label(program, node)}#{value.short()}"
         kind = "param" if region.kind == RegionKind.PARAMETER else "buffer"
         return f"{kind}:{provenance.fqn(fqn, layer)}:{value_label(program, node)}"
     if program.role.get(node) == Role.ACTIVATION:
