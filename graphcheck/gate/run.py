@@ -63,7 +63,8 @@ export that specialised on the length, GC403) the report says so
 (``export_faithful``).
 
 This module orchestrates; the parts live beside it: :mod:`graphcheck.gate.weights`
-(the model on real weights in this process), :mod:`graphcheck.gate.chain` (the
+(the model on real weights in this process), :mod:`graphcheck.gate.tensors` (its
+tensors by name, its init method), :mod:`graphcheck.gate.chain` (the
 stage processes, chained by bf16 bytes), :mod:`graphcheck.gate.runner` (what each
 process runs), :mod:`graphcheck.gate.checks` (the comparisons) and
 :mod:`graphcheck.gate.messages` (one-line failures).
@@ -244,13 +245,13 @@ class Gate:
         """Gate one plan; see :func:`gate`."""
         mode = _check_mode(mode, stage_builder, train, self.compared)
         clock = _Clock()
+        with clock("build"):  # first: weights nobody initialised stop the gate before the export
+            batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
         if random := [d for d in static.diagnostics if d.code == GC304]:
             raise GateError(random_ops(random, static.program_mode))
         plan = self.explorer.plan(cuts, stages)
-        with clock("build"):
-            batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
         with self._running(), clock("preflight"):
             exported = self._preflight(batch)
         if mode is RunMode.GRAPH:
