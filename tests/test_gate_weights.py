@@ -93,8 +93,10 @@ def test_restore_copies_every_tensor_back_in_place():
     restore(model, state)
     assert model.get_parameter(QKV) is weight and torch.equal(weight, state[QKV])
     assert torch.equal(model.model.inv_freq, state["model.inv_freq"])
-    with pytest.raises(GateError, match="cannot restore"):
+    with pytest.raises(GateError, match=f"cannot restore {QKV}: the model's forward regis"):
         restore(model, {k: v for k, v in state.items() if k != QKV})
+    with pytest.raises(GateError, match=r"replaced it \[2\] -> \[8\]; write it in place"):
+        restore(model, state | {"model.inv_freq": torch.ones(2)})
 
 
 @pytest.mark.parametrize(

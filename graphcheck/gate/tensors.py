@@ -53,7 +53,7 @@ __all__ = [
 INIT_METHODS = ("init_weights", "init_states", "reset_parameters")  # looked for in this order
 NO_INIT = "none"  # --init none: call no init method
 _TORCHTITAN = {"buffer_device": None}  # init_weights(buffer_device=None)
-_SHOWN = 3  # parameters named in the message, before "+N more"
+_SHOWN = 3  # parameters named in the message, before "and N more"
 
 
 def tensors_of(module: nn.Module, persistent: bool = False) -> dict[str, torch.Tensor]:
@@ -83,8 +83,18 @@ def restore(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
         for name, tensor in tensors.items():
             source = state.get(name)
             if source is None or source.shape != tensor.shape:
-                raise GateError(f"cannot restore {name}: it was not saved with this shape")
+                raise GateError(_unrestorable(name, source, tensor))
             tensor.copy_(source)
+
+
+def _unrestorable(name: str, source: torch.Tensor | None, tensor: torch.Tensor) -> str:
+    """Why ``name`` cannot be copied back: the forward made it or changed its shape."""
+    if source is None:
+        return f"cannot restore {name}: the model's forward registered it; register it in __init__"
+    return (
+        f"cannot restore {name}: the model's forward replaced it {list(source.shape)} -> "
+        f"{list(tensor.shape)}; write it in place, keeping its shape"
+    )
 
 
 def init_method(module: nn.Module, init: str | None) -> str | None:
