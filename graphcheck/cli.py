@@ -326,6 +326,12 @@ def _gate_parser(sub) -> None:
     output.add_argument(
         "--output-fqn", metavar="FQN", help="compare the output of this module (e.g. model.norm)"
     )
+    gate.add_argument(
+        "--init",
+        metavar="METHOD",
+        help="the model's init method, called after the factory (default: the first of "
+        "init_weights, init_states, reset_parameters it has; none: no init)",
+    )
     _layout_options(gate)
 
 
@@ -340,7 +346,7 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     result = gate(
         args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
         docs=docs, train=args.train, mode=args.run_mode, head=args.head,
-        output_fqn=args.output_fqn, **options,
+        output_fqn=args.output_fqn, init=args.init, **options,
     )  # fmt: skip
     return render(result, args.format), result.exit_code
 

@@ -109,6 +109,8 @@ BAD_INPUTS = [
     (["verify", f"{ROOT}/fixtures/reference.py:missing", "--cuts", "4"], "no callable", ARGS),
     (["verify", "no-colon", "--cuts", "4"], "is not 'path/to/file.py:factory'", ARGS),
     (["gate", REF, "--cuts", "4", "--docs", "x"], "--docs 'x' is not", ARGS),
+    (["gate", REF, "--cuts", "4", "--init", "nope"], "--init nope: CausalLM has no method",
+     BUILD),
     (["rules", "GC999"], "unknown rule 'GC999'", ARGS),
     (["frobnicate"], "invalid choice: 'frobnicate'", ARGS),
     ([], "the following arguments are required: command", ARGS),

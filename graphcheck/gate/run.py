@@ -11,8 +11,10 @@ running what ranks run:
    :class:`GateError` naming it (exit 2);
 3. the **uncut model runs in one fresh process** (:mod:`graphcheck.stages.fresh`):
    built from its spec with small real random bf16 weights (the factory called
-   with bf16 as the default dtype after ``torch.manual_seed(seed)``), it saves
-   its ``state_dict`` as the checkpoint, runs the packed varlen batch and checks
+   with bf16 as the default dtype after ``torch.manual_seed(seed)``, then the
+   model's own init method, :mod:`graphcheck.gate.tensors`), it saves its
+   parameters and buffers by name (no ``state_dict`` hooks) as the checkpoint,
+   runs the packed varlen batch and checks
    **document isolation** (each document alone against its packed logits,
    bitwise where the CPU kernels allow, otherwise within
    :data:`~graphcheck.gate.report.ISOLATION_TOLERANCE`);
@@ -61,7 +63,8 @@ export that specialised on the length, GC403) the report says so
 (``export_faithful``).
 
 This module orchestrates; the parts live beside it: :mod:`graphcheck.gate.weights`
-(the model on real weights in this process), :mod:`graphcheck.gate.chain` (the
+(the model on real weights in this process), :mod:`graphcheck.gate.tensors` (its
+tensors by name, its init method), :mod:`graphcheck.gate.chain` (the
 stage processes, chained by bf16 bytes), :mod:`graphcheck.gate.runner` (what each
 process runs), :mod:`graphcheck.gate.checks` (the comparisons) and
 :mod:`graphcheck.gate.messages` (one-line failures).
@@ -102,6 +105,14 @@ from graphcheck.gate.report import (
     TrainCheck,
 )
 from graphcheck.gate.runner import Recipe, run_uncut
+from graphcheck.gate.tensors import (
+    NO_INIT,
+    check_initialised,
+    init_method,
+    initialise,
+    restore,
+    tensors_of,
+)
 from graphcheck.gate.weights import (
     build_real,
     call_model,
@@ -109,6 +120,7 @@ from graphcheck.gate.weights import (
     graph_output,
     graph_tensors,
     real_factory,
+    seeded,
     vocab_size,
 )
 from graphcheck.kernels import patched
@@ -135,6 +147,7 @@ def gate(
     mode: RunMode | str = RunMode.PROCESSES,
     head: str | None = None,
     output_fqn: str | None = None,
+    init: str | None = None,
     **options,
 ) -> GateReport:
     """Prove a stage plan, then run it on real weights and compare the bytes.
@@ -144,11 +157,13 @@ def gate(
     batch; ``train`` also takes one optimizer step on both; ``mode`` is ``processes``
     (a fresh process per stage, the default) or ``graph`` (the partitioned exported
     graph, in this process); ``head`` (``--head``) or ``output_fqn``
-    (``--output-fqn``) names what is compared instead of the returned tensor. Raises
+    (``--output-fqn``) names what is compared instead of the returned tensor; ``init``
+    (``--init``) the model's init method (:mod:`graphcheck.gate.tensors`). Raises
     :class:`graphcheck.errors.GraphcheckError` when it cannot run."""
     runner = Gate(
-        model, seed=seed, allow_fp32=allow_fp32, head=head, output_fqn=output_fqn, **options
-    )
+        model, seed=seed, allow_fp32=allow_fp32, head=head, output_fqn=output_fqn, init=init,
+        **options,
+    )  # fmt: skip
     return runner.run(
         cuts, stages, stage_builder=stage_builder, docs=docs, tolerance=tolerance,
         train=train, mode=mode,
@@ -172,30 +187,49 @@ class Gate:
         allow_fp32: Sequence[str] = (),
         head: str | None = None,
         output_fqn: str | None = None,
+        init: str | None = None,
         **options,
     ) -> None:
         """``explorer``: an existing :class:`Explorer` of the same ``model`` and options,
         whose export (and proof) the gate reuses; ``head``, ``output_fqn``: what is
-        compared (:class:`~graphcheck.gate.output.Compared`), checked before any export."""
+        compared (:class:`~graphcheck.gate.output.Compared`); ``init``: the init method
+        called after the factory (``None``: the first of
+        :data:`~graphcheck.gate.tensors.INIT_METHODS` the model has, ``"none"``: none;
+        a model given as a module is called only a named one); both checked before
+        any export."""
         self.compared = Compared(head, output_fqn)
         self.explorer = explorer or Explorer(model, allow_fp32=allow_fp32, **options)
         self.compared.check(self.explorer.session.module)
+        given = isinstance(model, nn.Module)
+        auto = NO_INIT if given else None  # a module holds its own weights: a named init only
+        self.init = init_method(self.explorer.session.module, auto if init is None else init)
         self.seed = seed
         self.spec = model if isinstance(model, str) else None
         self.options = options
         self._factory = real_factory(model, self.explorer.session)
-        self._model = model if isinstance(model, nn.Module) else None
+        self._given = model if given else None
+        self._model: nn.Module | None = None
         self._workdir = tempfile.TemporaryDirectory(prefix="graphcheck-gate-")
 
     @property
     def model(self) -> nn.Module:
-        """The model on real random bf16 weights (built on first use)."""
+        """The model on real random bf16 weights (built on first use), initialised by
+        its init method; a model given as a module, as given (its init method called in
+        place when one is named)."""
         if self._model is None:
-            session = self.explorer.session
-            self._model = build_real(
-                self._factory, self.seed, session.program_mode, session.dtype_plan
-            )
+            self._model = self._built()
         return self._model
+
+    def _built(self) -> nn.Module:
+        session = self.explorer.session
+        if self._given is None:
+            return build_real(
+                self._factory, self.seed, session.program_mode, session.dtype_plan, self.init
+            )
+        with seeded(self.seed):
+            initialise(self._given, self.init)
+        check_initialised(self._given, self.init)
+        return self._given
 
     def run(
         self,
@@ -211,13 +245,13 @@ class Gate:
         """Gate one plan; see :func:`gate`."""
         mode = _check_mode(mode, stage_builder, train, self.compared)
         clock = _Clock()
+        with clock("build"):  # first: weights nobody initialised stop the gate before the export
+            batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
         with clock("proof"):
             static = self.explorer.verify(cuts, stages, stage_builder=stage_builder)
         if random := [d for d in static.diagnostics if d.code == GC304]:
             raise GateError(random_ops(random, static.program_mode))
         plan = self.explorer.plan(cuts, stages)
-        with clock("build"):
-            batch = PackedBatch.random(docs, vocab_size(self.model, self.explorer), self.seed)
         with self._running(), clock("preflight"):
             exported = self._preflight(batch)
         if mode is RunMode.GRAPH:
@@ -277,16 +311,16 @@ class Gate:
 
     def _graph_outcome(self, plan: StagePlan, batch: PackedBatch, tolerance: float, clock):
         """Secondary mode: the uncut model and the partitioned exported graph, in here."""
-        state = {k: v.clone() for k, v in self.model.state_dict().items()}
+        state = tensors_of(self.model)
         with self._running():
             with clock("uncut"):
                 returned, uncut = call_model(self.model, batch, self.compared)
             with clock("staged"):
-                self.model.load_state_dict(state)
+                restore(self.model, state)
                 staged, handovers, blocked = self._graph_run(plan, batch)
             with clock("isolation"):
                 isolation = self._isolation(batch, uncut, tolerance, state)
-        self.model.load_state_dict(state)
+        restore(self.model, state)
         check = bytes_check(staged, uncut, batch, blocked)
         return _Outcome(returned, check, isolation, handovers, list(uncut.shape))
 
@@ -328,6 +362,7 @@ class Gate:
             program_mode=session.program_mode,
             compared=self.compared,
             dtype_plan=session.dtype_plan,
+            init=None if self._given is not None else self.init,  # a module: saved initialised
         )
 
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):
@@ -352,7 +387,7 @@ class Gate:
         """Each document alone, from the state the packed run started from."""
         found = []
         for index, (start, end) in enumerate(batch.spans):
-            self.model.load_state_dict(state)
+            restore(self.model, state)
             alone = call_model(self.model, batch.document(index), self.compared)[1]
             mine = packed[:, start:end]
             found.append(None if same(mine, alone) else relative(mine, alone))

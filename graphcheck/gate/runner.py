@@ -8,9 +8,11 @@ building, tracing or running the uncut model or another stage reaches a stage
 an earlier layer).
 
 * :func:`run_uncut` builds the model from its :class:`Recipe` (real random
-  bf16 weights, seeded), saves its ``state_dict`` as the checkpoint every stage
-  loads, runs the packed batch and each document alone (document isolation),
-  and with ``train`` takes one forward+backward+SGD step and runs again.
+  bf16 weights, seeded, then the model's own init method), saves its parameters and
+  persistent buffers by name (:func:`~graphcheck.gate.tensors.tensors_of`, no
+  ``state_dict`` hooks) as the checkpoint every stage loads, runs the packed batch
+  and each document alone (document isolation), and with ``train`` takes one
+  forward+backward+SGD step and runs again.
   What it compares is the recipe's :class:`~graphcheck.gate.output.Compared`
   (the returned tensor, a head applied to the returned hidden states, or a named
   module's output); the last stage reads the same from its own module.
@@ -45,6 +47,7 @@ from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.messages import one_line
 from graphcheck.gate.output import Compared, returned_tensor, wire_tensor
+from graphcheck.gate.tensors import check_initialised, initialise, restore, tensors_of
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.dtype import DtypePlan
@@ -92,6 +95,7 @@ class Recipe:
     program_mode: str = "train"  # the proof's: model.train() or model.eval()
     compared: Compared = field(default_factory=Compared)  # returned, --head or --output-fqn
     dtype_plan: DtypePlan = field(default_factory=DtypePlan)  # --dtype: build dtype, fp32 kept
+    init: str | None = None  # the init method called after the factory (gate.tensors)
 
 
 class _Failed(Exception):
@@ -138,23 +142,32 @@ def _reported(fn):
 
 
 def build_model(recipe: Recipe) -> nn.Module:
-    """The model on real random bf16 weights (seeded), as every process builds it, in the
-    proof's program mode."""
+    """The model on real random bf16 weights (seeded), as every process builds it: the
+    factory, then the model's own init method (``recipe.init``) in the same generator
+    state, every parameter initialised (:mod:`graphcheck.gate.tensors`), in the proof's
+    program mode."""
     if recipe.module_file is not None:
         model = torch.load(recipe.module_file, weights_only=False)
+        check_initialised(model, recipe.init)
         return in_program_mode(model, recipe.program_mode)
     if is_hf_spec(recipe.spec):
         factory = hf_factory(recipe.spec, recipe.settings)
     else:
         factory = resolve_factory(recipe.spec)
+    with torch.random.fork_rng(devices=[]), default_dtype(recipe.dtype_plan.dtype.torch):
+        torch.manual_seed(recipe.seed)
+        model = _built(factory)
+        initialise(model, recipe.init)
+    check_initialised(model, recipe.init)
+    return in_program_mode(recipe.dtype_plan.apply(model), recipe.program_mode)
+
+
+def _built(factory: Callable[[], nn.Module]) -> nn.Module:
     try:
-        with torch.random.fork_rng(devices=[]), default_dtype(recipe.dtype_plan.dtype.torch):
-            torch.manual_seed(recipe.seed)
-            model = factory()
+        return factory()
     except Exception as err:
         name = getattr(factory, "__name__", "factory")
         raise _Failed("error", f"factory {name}() raised {type(err).__name__}: {err}") from err
-    return in_program_mode(recipe.dtype_plan.apply(model), recipe.program_mode)
 
 
 def _stand_ins(recipe: Recipe) -> tuple:
@@ -215,7 +228,7 @@ def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor, state
     from (a model that writes its buffers in place must not see its own earlier runs)."""
     found = []
     for index, (start, end) in enumerate(batch.spans):
-        model.load_state_dict(state)
+        restore(model, state)
         alone = _forward(model, batch.document(index), compared)
         mine = packed[:, start:end]
         same = mine.shape == alone.shape and mine.dtype == alone.dtype
@@ -246,8 +259,8 @@ def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = Fa
     tensor (``returned``), isolation; with ``train`` one step after."""
     model = build_model(recipe)
     checkpoint = str(Path(workdir) / "uncut.pt")
-    torch.save(model.state_dict(), checkpoint)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save(tensors_of(model, persistent=True), checkpoint)
+    state = tensors_of(model)
     compared = recipe.compared
     with cpu_kernels(), patched(model, _stand_ins(recipe)):
         with torch.no_grad():
@@ -255,7 +268,7 @@ def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = Fa
             isolation = _call(
                 lambda: _isolation(model, batch, logits, state, compared), "the model"
             )
-            model.load_state_dict(state)
+            restore(model, state)
         result = {"logits": logits, "returned": returned, "isolation": isolation}
         result["checkpoint"] = checkpoint
         if train:
@@ -351,10 +364,12 @@ def global_names(
     return names
 
 
-def load_weights(module: nn.Module, names: dict[str, str], state: dict, index: int) -> None:
-    """Copy ``state`` (global names) into the stage; every parameter must be found."""
+def load_weights(module: nn.Module, names: dict[str, str], state: dict, index: int) -> list[str]:
+    """Copy ``state`` (global names) into the stage by its tensors' names; every
+    parameter must be found. The stage names it loaded."""
     params = dict(module.named_parameters(remove_duplicate=False))
     tensors = params | dict(module.named_buffers(remove_duplicate=False))
+    loaded = []
     for name, tensor in tensors.items():
         source = state.get(names.get(name, ""))
         if source is None or source.shape != tensor.shape:
@@ -365,6 +380,8 @@ def load_weights(module: nn.Module, names: dict[str, str], state: dict, index: i
             continue
         with torch.no_grad():
             tensor.copy_(source)
+        loaded.append(name)
+    return loaded
 
 
 @_reported

@@ -3,7 +3,9 @@ build, the real values the exported program is fed, and the model called on a ba
 
 The factory is called with bf16 as the default dtype after ``torch.manual_seed(seed)``,
 inside a forked generator state, so the same seed always gives the same weights and the
-caller's random state is left alone. With ``--dtype float32`` it is called with fp32 as
+caller's random state is left alone; the model's own init method runs after it in the
+same state, and a parameter left uninitialised stops the gate
+(:mod:`graphcheck.gate.tensors`). With ``--dtype float32`` it is called with fp32 as
 the default dtype and cast as the fake build was (:class:`~graphcheck.model.dtype.DtypePlan`).
 
 The exported program is fed the real model's parameters and buffers, and for a lifted
@@ -39,6 +41,7 @@ from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.messages import kernel_message
 from graphcheck.gate.output import Compared
 from graphcheck.gate.runner import logits_of, tensor_leaves
+from graphcheck.gate.tensors import check_initialised, initialise
 from graphcheck.model.dtype import DtypePlan
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.load import (
@@ -97,16 +100,21 @@ def build_real(
     seed: int,
     program_mode: ProgramMode | str = ProgramMode.TRAIN,
     plan: DtypePlan | None = None,
+    init: str | None = None,
 ) -> nn.Module:
-    """``factory()`` on seeded real weights, in bf16 but for the carve-outs of ``plan``
-    (the fake build's), in ``program_mode`` (train or eval)."""
+    """``factory()`` on seeded real weights, then its init method ``init``
+    (:func:`~graphcheck.gate.tensors.init_method`; ``None``: none) in the same generator
+    state, every parameter initialised, in bf16 but for the carve-outs of ``plan`` (the
+    fake build's), in ``program_mode`` (train or eval)."""
     plan = plan or DtypePlan()
-    try:
-        with seeded(seed), default_dtype(plan.dtype.torch):
+    with seeded(seed), default_dtype(plan.dtype.torch):
+        try:
             model = factory()
-    except Exception as err:
-        name = getattr(factory, "__name__", "factory")
-        raise ModelLoadError(f"factory {name}() raised {type(err).__name__}: {err}") from err
+        except Exception as err:
+            name = getattr(factory, "__name__", "factory")
+            raise ModelLoadError(f"factory {name}() raised {type(err).__name__}: {err}") from err
+        initialise(model, init)
+    check_initialised(model, init)
     return in_program_mode(plan.apply(model), program_mode)
 
 
