@@ -5,7 +5,10 @@ A batch packs documents of the given lengths into one row: ``input_ids`` and
 ``cu_seq_lens_q/k`` ``[N + 1]`` int32 and ``max_length_q/k`` ints, every input but
 the token ids valued by its row of :data:`graphcheck.varlen.INPUTS`. Token ids are
 drawn from a seeded generator, so a (lengths, vocabulary, seed) triple always
-gives the same batch.
+gives the same batch. The exact isolation tests (:mod:`graphcheck.gate.exact`) derive
+two kinds of batch from it: :meth:`PackedBatch.perturbed` (one document kept, every
+other document's tokens redrawn, lengths kept) and :meth:`PackedBatch.rotated` (the
+documents in another order, so each starts at another offset).
 
 >>> batch = PackedBatch.random((3, 2), vocab_size=11, seed=0)
 >>> batch.position_ids.tolist(), batch.cu_seq_lens.tolist(), batch.locate(4)
@@ -13,6 +16,12 @@ gives the same batch.
 >>> alone = batch.document(1)
 >>> alone.docs, torch.equal(alone.input_ids, batch.input_ids[:, 3:])
 ((2,), True)
+>>> other = batch.perturbed(1, seed=0)
+>>> other.docs, torch.equal(other.input_ids[:, 3:], batch.input_ids[:, 3:])
+((3, 2), True)
+>>> rotated, order = batch.rotated()
+>>> rotated.docs, order, torch.equal(rotated.input_ids[:, :2], batch.input_ids[:, 3:])
+((2, 3), [1, 0], True)
 >>> parse_docs("40,7")
 (40, 7)
 """
@@ -36,6 +45,7 @@ DEFAULT_DOCS = (61, 17, 94, 38, 5, 41)  # T = 256 tokens in N = 6 documents
 class PackedBatch:
     docs: tuple[int, ...]
     input_ids: torch.Tensor
+    vocab_size: int | None = None  # what the token ids were drawn from
 
     @classmethod
     def random(cls, docs, vocab_size: int, seed: int = 0) -> PackedBatch:
@@ -44,7 +54,7 @@ class PackedBatch:
             raise UsageError(f"documents must have at least one token, got {list(docs)}")
         generator = torch.Generator().manual_seed(seed)
         ids = torch.randint(0, vocab_size, (1, sum(docs)), generator=generator)
-        return cls(docs, ids)
+        return cls(docs, ids, vocab_size)
 
     @property
     def tokens(self) -> int:
@@ -77,7 +87,26 @@ class PackedBatch:
     def document(self, index: int) -> PackedBatch:
         """Document ``index`` as a batch of its own (same tokens)."""
         start, end = self.spans[index]
-        return PackedBatch((end - start,), self.input_ids[:, start:end].clone())
+        return PackedBatch((end - start,), self.input_ids[:, start:end].clone(), self.vocab_size)
+
+    def perturbed(self, keep: int, seed: int) -> PackedBatch:
+        """The same lengths, document ``keep``'s tokens kept, every other document's
+        tokens redrawn (seeded by ``seed`` and ``keep``)."""
+        vocab = self.vocab_size or int(self.input_ids.max()) + 1
+        generator = torch.Generator().manual_seed(seed * 1000 + 7919 + keep)
+        ids = torch.randint(0, vocab, tuple(self.input_ids.shape), generator=generator)
+        start, end = self.spans[keep]
+        ids[:, start:end] = self.input_ids[:, start:end]
+        return PackedBatch(self.docs, ids, self.vocab_size)
+
+    def rotated(self) -> tuple[PackedBatch, list[int]]:
+        """The documents rotated by one (the first goes last): with two or more documents
+        every document starts at another offset. Also the order: ``order[j]`` is the
+        document at place ``j``."""
+        order = [*range(1, len(self.docs)), 0]
+        spans = self.spans
+        ids = torch.cat([self.input_ids[:, slice(*spans[i])] for i in order], dim=1)
+        return PackedBatch(tuple(self.docs[i] for i in order), ids, self.vocab_size), order
 
     def locate(self, token: int) -> tuple[int, int]:
         """``(document, position)`` of packed token index ``token``."""
