@@ -155,6 +155,8 @@ class Crossing:
             return f"{loss} w.r.t. {self.parameter} {when}"
         if self.gradient == "reach":
             return f"{loss} reaches document {at} token {self.token} (not zero there)"
+        if self.gradient == "input" and IsolationTest(self.test) is IsolationTest.SHIFT:
+            return f"the input gradient of document {at} token {self.token} {when}"
         if self.gradient == "input":
             return f"{loss} at document {at} token {self.token} {when}"
         token = f" token {self.token}" if self.token is not None else ""
