@@ -225,14 +225,19 @@ def test_probe_hooks_every_layer_of_the_layout():
     ]
 
 
-def test_single_document_has_nothing_to_perturb_or_shift(one_thread):
-    probe, _ = _probe("shift_leak")
+def test_single_document_has_nothing_to_perturb_but_shifts(one_thread):
     batch = PackedBatch.random((11,), 256, seed=0)
     with cpu_kernels(), torch.no_grad():
-        check = isolation_check(probe, batch)
-    assert check.holds and check.documents == 1 and check.alone.status == "bitwise"
-    report = _report("pass", check)
-    assert "BITWISE (1 document: nothing to perturb or shift)" in render_gate_text(report)
+        checks = {name: isolation_check(_probe(name)[0], batch) for name in
+                  ("shift_masked", "shift_leak", "absolute_position")}  # fmt: skip
+    twin = checks["shift_masked"]
+    assert twin.holds and twin.documents == 1 and twin.alone.status == "bitwise"
+    report = _report("pass", twin)
+    assert "BITWISE (shift, 1 document: nothing to perturb)" in render_gate_text(report)
+    for name in ("shift_leak", "absolute_position"):  # a filler document sits before it
+        check = checks[name]
+        assert check.perturb.holds and not check.shift.holds, name
+        assert (check.shift.crossing.document, check.shift.crossing.layer_fqn) == (0, LAYER)
 
 
 def test_gradient_check_in_process_separates_leak_and_twin(one_thread):
@@ -243,15 +248,19 @@ def test_gradient_check_in_process_separates_leak_and_twin(one_thread):
         assert check.holds is holds, (name, check)
 
 
-def test_rotation_moves_every_document():
-    batch = PackedBatch.random((4, 4, 1, 9), 256, seed=0)
-    rotated, order = batch.rotated()
-    assert sorted(order) == [0, 1, 2, 3]
-    for place, document in enumerate(order):
-        assert rotated.spans[place][0] != batch.spans[document][0]
-        assert torch.equal(rotated.input_ids[:, slice(*rotated.spans[place])],
-                           batch.input_ids[:, slice(*batch.spans[document])])  # fmt: skip
-    other = batch.perturbed(2, seed=0)
+@pytest.mark.parametrize("docs", [(4, 4, 1, 9), (61, 17, 94, 38, 5, 41), (300, 250)])
+def test_shift_moves_every_document_by_one_whole_tile(docs):
+    batch = PackedBatch.random(docs, 256, seed=0)
+    first, moved, tile = batch.shifted(seed=0)
+    assert tile == (512 if batch.tokens > 448 else 64)
+    assert first.tokens == moved.tokens and first.tokens % tile == 0
+    assert sorted(first.docs) == sorted(moved.docs) and max(first.docs[len(docs) :]) <= 64
+    for start, end in batch.spans:
+        piece = batch.input_ids[:, start:end]
+        assert torch.equal(first.input_ids[:, start:end], piece)
+        assert torch.equal(moved.input_ids[:, start + tile : end + tile], piece)
+    assert moved.spans[len(moved.docs) - len(first.docs) :] != first.spans
+    other = batch.perturbed(1, seed=0)
     assert other.docs == batch.docs and not torch.equal(other.input_ids, batch.input_ids)
 
 

@@ -7,8 +7,8 @@ the token ids valued by its row of :data:`graphcheck.varlen.INPUTS`. Token ids a
 drawn from a seeded generator, so a (lengths, vocabulary, seed) triple always
 gives the same batch. The exact isolation tests (:mod:`graphcheck.gate.exact`) derive
 two kinds of batch from it: :meth:`PackedBatch.perturbed` (one document kept, every
-other document's tokens redrawn, lengths kept) and :meth:`PackedBatch.rotated` (the
-documents in another order, so each starts at another offset).
+other document's tokens redrawn, lengths kept) and :meth:`PackedBatch.shifted` (every
+document moved by one whole tile of the row).
 
 >>> batch = PackedBatch.random((3, 2), vocab_size=11, seed=0)
 >>> batch.position_ids.tolist(), batch.cu_seq_lens.tolist(), batch.locate(4)
@@ -19,9 +19,9 @@ documents in another order, so each starts at another offset).
 >>> other = batch.perturbed(1, seed=0)
 >>> other.docs, torch.equal(other.input_ids[:, 3:], batch.input_ids[:, 3:])
 ((3, 2), True)
->>> rotated, order = batch.rotated()
->>> rotated.docs, order, torch.equal(rotated.input_ids[:, :2], batch.input_ids[:, 3:])
-((2, 3), [1, 0], True)
+>>> first, moved, tile = batch.shifted(seed=0)
+>>> tile, first.docs, moved.docs, torch.equal(moved.input_ids[:, 64:69], batch.input_ids)
+(64, (3, 2, 59, 64), (64, 3, 2, 59), True)
 >>> parse_docs("40,7")
 (40, 7)
 """
@@ -39,6 +39,7 @@ from graphcheck.varlen import BY_NAME, Structure, VarlenInput
 __all__ = ["DEFAULT_DOCS", "PackedBatch", "parse_docs"]
 
 DEFAULT_DOCS = (61, 17, 94, 38, 5, 41)  # T = 256 tokens in N = 6 documents
+FILLER = 64  # the longest filler document of a shifted batch (positions stay small)
 
 
 @dataclass(frozen=True)
@@ -99,14 +100,23 @@ class PackedBatch:
         ids[:, start:end] = self.input_ids[:, start:end]
         return PackedBatch(self.docs, ids, self.vocab_size)
 
-    def rotated(self) -> tuple[PackedBatch, list[int]]:
-        """The documents rotated by one (the first goes last): with two or more documents
-        every document starts at another offset. Also the order: ``order[j]`` is the
-        document at place ``j``."""
-        order = [*range(1, len(self.docs)), 0]
-        spans = self.spans
-        ids = torch.cat([self.input_ids[:, slice(*spans[i])] for i in order], dim=1)
-        return PackedBatch(tuple(self.docs[i] for i in order), ids, self.vocab_size), order
+    def shifted(self, seed: int) -> tuple[PackedBatch, PackedBatch, int]:
+        """Two batches of the same length that differ only by where the documents sit:
+        this batch padded with filler documents (seeded tokens, at most
+        :data:`FILLER` each) to a whole number of tiles plus one, and the same row rolled
+        by one tile (the last tile's fillers go first). Also the tile: 64 tokens, 512
+        for a row of 512 or more, the row tiles CPU kernels reduce over (SDPA's query
+        and key blocks), so a position-free model reduces every row in the same order."""
+        tile = 64 if _whole(self.tokens, 64) + 64 < 512 else 512
+        total = _whole(self.tokens, tile) + tile
+        pad, last = _fillers(total - self.tokens - tile), _fillers(tile)
+        vocab = self.vocab_size or int(self.input_ids.max()) + 1
+        generator = torch.Generator().manual_seed(seed * 1000 + 104729)
+        fill = torch.randint(0, vocab, (1, total - self.tokens), generator=generator)
+        ids = torch.cat([self.input_ids, fill], dim=1)
+        first = PackedBatch((*self.docs, *pad, *last), ids, self.vocab_size)
+        rolled = PackedBatch((*last, *self.docs, *pad), ids.roll(tile, 1), self.vocab_size)
+        return first, rolled, tile
 
     def locate(self, token: int) -> tuple[int, int]:
         """``(document, position)`` of packed token index ``token``."""
@@ -114,6 +124,16 @@ class PackedBatch:
             if start <= token < end:
                 return index, token - start
         raise IndexError(token)
+
+
+def _whole(tokens: int, tile: int) -> int:
+    """``tokens`` rounded up to a whole number of tiles."""
+    return -(-tokens // tile) * tile
+
+
+def _fillers(tokens: int) -> tuple[int, ...]:
+    """Filler document lengths summing to ``tokens``, at most :data:`FILLER` each."""
+    return (FILLER,) * (tokens // FILLER) + ((tokens % FILLER,) if tokens % FILLER else ())
 
 
 def parse_docs(text: str | None) -> tuple[int, ...]:

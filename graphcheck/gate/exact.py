@@ -251,15 +251,13 @@ def _perturb(probe: Probe, batch: PackedBatch, base: Traced) -> ExactCheck:
     return _exact(IsolationTest.PERTURB, crossings)
 
 
-def _shift(probe: Probe, batch: PackedBatch, base: Traced) -> ExactCheck:
+def _shift(probe: Probe, batch: PackedBatch) -> ExactCheck:
     crossings = []
-    if len(batch.docs) > 1:  # one document: no other offset in the same batch
-        rotated, order = batch.rotated()
-        moved = probe.run(rotated)
-        for place, document in enumerate(order):
-            where = _Place(document, batch.spans[document], rotated.spans[place], batch.tokens)
-            crossings.append(_compare(IsolationTest.SHIFT, where, base, moved, probe.layers))
-    crossings.sort(key=lambda c: -1 if c is None else c.document)
+    first, moved, tile = batch.shifted(probe.seed)
+    a, b = probe.run(first), probe.run(moved)
+    for document, (start, end) in enumerate(batch.spans):
+        place = _Place(document, (start, end), (start + tile, end + tile), first.tokens)
+        crossings.append(_compare(IsolationTest.SHIFT, place, a, b, probe.layers))
     return _exact(IsolationTest.SHIFT, crossings)
 
 
@@ -284,7 +282,7 @@ def isolation_check(probe: Probe, batch: PackedBatch) -> IsolationCheck:
     """Perturb and shift on the forward, each document alone as information."""
     base = probe.run(batch)
     perturb = _perturb(probe, batch, base)
-    shift = _shift(probe, batch, base)
+    shift = _shift(probe, batch)
     alone = alone_check(probe, batch, base.output)
     holds = perturb.holds and shift.holds
     status = IsolationStatus.BITWISE if holds else IsolationStatus.FAIL
@@ -377,15 +375,14 @@ def gradient_check(probe: Probe, batch: PackedBatch) -> GradientCheck:
         return GradientCheck(message=f"cannot take per-document gradients: {what} "
                              "reaches the first layer")  # fmt: skip
     grads = _Grads(batch, params, loss_weights(base.output.shape, probe.seed), axis)
+    last = len(batch.spans) - 1
     mine = [
-        _gradients(base, _masked(grads.weights, span, axis), params, retain=True)
-        for span in batch.spans
+        _gradients(base, _masked(grads.weights, span, axis), params, retain=index < last)
+        for index, span in enumerate(batch.spans)
     ]
-    whole = _gradients(base, grads.weights, [], retain=False)[0]
     del base
     perturb = _grad_perturb(probe, grads, mine)
-    shift = _grad_shift(probe, grads, whole)
-    return GradientCheck(perturb, shift, len(params))
+    return GradientCheck(perturb, _grad_shift(probe, batch), len(params))
 
 
 def _grad_perturb(probe: Probe, grads: _Grads, mine: list[list]) -> ExactCheck:
@@ -440,31 +437,25 @@ def _param_change(index: int, params, mine: list, other: list) -> Crossing | Non
     return None
 
 
-def _grad_shift(probe: Probe, grads: _Grads, whole: torch.Tensor | None) -> ExactCheck:
-    batch = grads.batch
-    if len(batch.docs) < 2 or whole is None:
-        return ExactCheck(IsolationTest.SHIFT)
-    rotated, order = batch.rotated()
-    pieces = [grads.weights.narrow(grads.axis, *_length(batch.spans[i])) for i in order]
-    run = _grad_run(probe, rotated)
-    moved = _gradients(run, torch.cat(pieces, dim=grads.axis), [], retain=False)[0]
+def _grad_shift(probe: Probe, batch: PackedBatch) -> ExactCheck:
+    """The per-token input gradients of the whole loss, its weights moved with their
+    tokens, in the two batches of :meth:`~graphcheck.gate.batch.PackedBatch.shifted`."""
+    first, moved, tile = batch.shifted(probe.seed)
+    a = _grad_run(probe, first)
+    axis = token_axis(a.output.shape, first.tokens)
+    weights = loss_weights(a.output.shape, probe.seed)
+    mine = _gradients(a, weights, [], retain=False)[0]
+    b = _grad_run(probe, moved)
+    theirs = _gradients(b, weights.roll(tile, axis), [], retain=False)[0]
     crossings = []
-    for place, document in enumerate(order):
-        a = _cut(whole, batch.spans[document], batch.tokens)
-        b = _cut(moved, rotated.spans[place], batch.tokens)
-        if _same(a, b):
+    for document, (start, end) in enumerate(batch.spans):
+        x = _cut(mine, (start, end), first.tokens)
+        y = _cut(theirs, (start + tile, end + tile), first.tokens)
+        if _same(x, y):
             continue
-        token = None if a is None or b is None else _first_token(a, b, _axis(a, whole, batch))
-        diff = float("inf") if a is None or b is None else _abs_diff(a, b)
+        known = x is not None and y is not None and x.shape == y.shape
+        token = _first_token(x, y, token_axis(mine.shape, first.tokens)) if known else None
+        diff = _abs_diff(x, y) if known else float("inf")
         crossings.append(Crossing(IsolationTest.SHIFT, document, token, max_abs_diff=diff,
                                   at_document=document, gradient="input"))  # fmt: skip
-    crossings.sort(key=lambda c: c.document)
     return _exact(IsolationTest.SHIFT, crossings)
-
-
-def _length(span: Span) -> tuple[int, int]:
-    return span[0], span[1] - span[0]
-
-
-def _axis(piece: torch.Tensor, whole: torch.Tensor, batch: PackedBatch) -> int:
-    return token_axis(whole.shape, batch.tokens) or 0

@@ -340,7 +340,7 @@ def _isolation_line(check: IsolationCheck) -> str:
     if not check.forward_holds:
         return f"document isolation: FAIL ({_crossings(check.perturb, check.shift)}{_alone(check)})"
     if n < 2:
-        return f"document isolation: BITWISE ({n} document: nothing to perturb or shift)"
+        return f"document isolation: BITWISE (shift, {n} document: nothing to perturb)"
     return f"document isolation: BITWISE (perturb and shift, {n} documents{_alone(check)})"
 
 
