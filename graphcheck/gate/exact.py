@@ -6,10 +6,14 @@ so these tests need no tolerance: one changed bit is a finding.
 * **perturb**: for each document ``d``, every other document's tokens are redrawn
   (seeded), every length kept. A changed bit of ``d``'s outputs is data crossing
   documents.
-* **shift**: the documents rotated by one (the first goes last,
-  :meth:`~graphcheck.gate.batch.PackedBatch.rotated`), so every document starts at
+* **shift**: the batch padded with filler documents to a whole number of row tiles
+  and the same row rolled by one tile
+  (:meth:`~graphcheck.gate.batch.PackedBatch.shifted`), so every document starts at
   another offset. A changed bit of ``d``'s outputs is a dependence on absolute
-  position.
+  position. The move is a whole tile (64 tokens; 512 in rows of 512 or more) because
+  kernels that reduce over the packed row tile it (CPU SDPA over a dense document mask
+  blocks queries and keys): a document moved by part of a tile would be reduced in
+  another order, and its bits would change with no dependence on position at all.
 * **gradients** (``--train``): the gradient of one document's loss (the fixed seeded
   loss of ``--train`` restricted to that document's tokens) w.r.t. the first layer's
   floating input (the embedding output, per token) and every parameter. Under perturb
@@ -20,6 +24,10 @@ so these tests need no tolerance: one changed bit is a finding.
   order, so only the per-token input gradients are compared (of the whole loss, its
   weights moved with their tokens: with isolated documents each token's gradient is
   its own document's).
+
+Cost: perturb one forward per document, shift two, alone one short forward per
+document; the gradients one forward and a backward per document on the batch, one
+forward and backward per perturbed batch, and two for shift.
 * **alone** (information, never the verdict): each document run alone against its
   packed outputs; a shorter batch runs other reductions, so it need not be bitwise.
 
