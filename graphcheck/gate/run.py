@@ -14,10 +14,10 @@ running what ranks run:
    with bf16 as the default dtype after ``torch.manual_seed(seed)``), it saves
    its ``state_dict`` as the checkpoint, runs the packed varlen batch and checks
    **document isolation** exactly, with no tolerance (:mod:`graphcheck.gate.exact`):
-   *perturb* (every other document's tokens redrawn, lengths kept) and *shift* (the
-   documents rotated, so each starts at another offset) must not change one bit of a
-   document's outputs; the first layer that shows a change is named. Each document
-   run alone against its packed outputs is reported as information only;
+   *perturb* (every other document's tokens redrawn, lengths kept) and *shift* (every
+   document moved by one whole row tile, so each starts at another offset) must not
+   change one bit of a document's outputs; the first layer that shows a change is
+   named. Each document run alone against its packed outputs is information only;
 4. **each stage runs in its own fresh process**
    (:mod:`graphcheck.gate.runner`): it builds the model, applies the stage
    builder (``keep-index`` by default, ``hf-slice`` for ``hf:`` models), loads
