@@ -32,7 +32,7 @@ from graphcheck.gate.report import (
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import default_dtype
-from graphcheck.reporters.text import render_gate_text
+from graphcheck.reporters.text import render as render_gate_text
 
 DOCS = (9, 5, 7)
 OLD_TOLERANCE = 0.02  # the relative tolerance the isolation verdict used to allow
