@@ -1,16 +1,17 @@
 """The agreement table: the static verdict against executed bytes, fixture by cut.
 
 For every fixture of ``fixtures/`` (reference, violations, adversarial,
-soundness_dataflow, gate_state, locality) that exports (and, with ``--hf``, every
-tiny transformers family) and every cut 0..L as the only cut, run ``graphcheck
-gate`` and print one Markdown row per run of consecutive cuts with the same
-outcome: static verdict and codes, staged bytes against the uncut model,
-document isolation. A few extra rows run a stage builder or a short batch. Each
-run is the default gate (the uncut model and every stage in a fresh process); a
-fixture whose stages the default builder cannot run (not pipeline-aware) falls
-back to the in-process partitioned graph, marked ``(graph)``. The script fails
-(exit 1) on any cell where the proof says PASS and the bytes differ or the
-documents leak.
+soundness_dataflow, gate_state, locality, exact_isolation) that exports (and, with
+``--hf``, every tiny transformers family) and every cut 0..L as the only cut, run
+``graphcheck gate`` and print one Markdown row per run of consecutive cuts with the
+same outcome: static verdict and codes, staged bytes against the uncut model,
+document isolation (``bitwise``, or ``fail`` with the exact tests that saw a changed
+bit, perturb and/or shift, and the largest absolute difference). A few extra rows
+run a stage builder or a short batch. Each run is the default gate (the uncut model
+and every stage in a fresh process); a fixture whose stages the default builder
+cannot run (not pipeline-aware) falls back to the in-process partitioned graph,
+marked ``(graph)``. The script fails (exit 1) on any cell where the proof says PASS
+and the bytes differ or the documents leak.
 
     .venv/bin/python benchmarks/gate_agreement.py [--hf] [fixture ...]
 
@@ -38,13 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
 
 import adversarial  # noqa: E402
+import exact_isolation  # noqa: E402
 import gate_state  # noqa: E402
 import locality  # noqa: E402
 import reference  # noqa: E402
 import soundness_dataflow  # noqa: E402
 import violations  # noqa: E402
 
-MODULES = (reference, violations, adversarial, soundness_dataflow, gate_state, locality)
+MODULES = (
+    reference, violations, adversarial, soundness_dataflow, gate_state, locality,
+    exact_isolation,
+)  # fmt: skip
 
 SKIP = {"llama8b_shape", "export_fails", "factory_raises"}
 FAMILIES = [
@@ -117,10 +122,18 @@ def bytes_cell(reports: list[tuple[int, GateReport]]) -> str:
 
 
 def isolation_cell(reports: list[tuple[int, GateReport]]) -> str:
+    """``bitwise``, or ``fail (perturb and shift, max abs 0.0088)``: the exact tests that
+    saw a changed bit and the largest absolute difference they saw."""
     status = reports[0][1].isolation.status
     if status is IsolationStatus.BITWISE:
-        return status
-    return f"{status} (max rel {max(r.isolation.max_rel_diff for _, r in reports):.2g})"
+        return str(status)
+    tests, worst = [], 0.0
+    for _, report in reports:
+        for check in (report.isolation.perturb, report.isolation.shift):
+            if check is not None and check.crossing is not None:
+                tests += [str(check.test)] if str(check.test) not in tests else []
+                worst = max(worst, check.crossing.max_abs_diff)
+    return f"{status} ({' and '.join(tests)}, max abs {worst:.2g})"
 
 
 def ranges(cuts: list[int]) -> str:

@@ -10,7 +10,7 @@ One table drives three tests (``fixtures/adversarial.py``):
   violating model leaks across packed documents and the twin does not, so each row of
   the table really is a violation and a legal twin;
 * **agreement**: for every model of the table whose static verdict is PASS,
-  ``graphcheck gate`` shows equal bytes and document isolation holding (the exported
+  ``graphcheck gate`` shows equal bytes and exact document isolation (the exported
   graph split in process by default; every stage in a fresh process, and every row,
   with ``GRAPHCHECK_SLOW=1``).
 
@@ -30,13 +30,15 @@ from graphcheck.api import Explorer
 from graphcheck.errors import GraphcheckError
 from graphcheck.gate import Gate
 from graphcheck.gate.batch import PackedBatch
-from graphcheck.gate.report import ISOLATION_TOLERANCE
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.varlen import model_inputs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "adversarial.py"
 DOCS = (23, 9, 31, 4)  # T = 67 tokens in 4 documents
 INPUTS = model_inputs()
+# relative leak, alone against packed: a violation leaks more than twice this, a twin less
+# than half (the gate itself is exact: graphcheck.gate.exact)
+LEAK_SCALE = 0.02
 
 # Rows marked SLOW (a second fixture of a class the default rows already cover) run
 # with GRAPHCHECK_SLOW=1: every row costs two exports.
@@ -140,8 +142,8 @@ def leak(name: str, docs=DOCS) -> float:
 
 @pytest.mark.parametrize(("fixture", "cuts", "expected", "twin"), TABLE)
 def test_violation_leaks_and_twin_isolates(fixture, cuts, expected, twin):
-    assert leak(fixture) > 2 * ISOLATION_TOLERANCE
-    assert leak(twin) <= ISOLATION_TOLERANCE / 2
+    assert leak(fixture) > 2 * LEAK_SCALE
+    assert leak(twin) <= LEAK_SCALE / 2
 
 
 # --- agreement: a static PASS is never contradicted by the gate -----------------------------

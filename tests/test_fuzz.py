@@ -8,7 +8,8 @@ counter of the layers that ran) and a path that pins T to the traced length, eac
 violating part with its legal twin. Each example is proven at one random cut, its stage
 programs too (the composed decoders are pipeline-aware: ``stage_builder="keep-index"``);
 when the static verdict is PASS, ``graphcheck gate`` runs it on real bf16 weights and
-must show equal bytes (staged against uncut) and document isolation.
+must show equal bytes (staged against uncut) and exact document isolation (no changed
+bit under the gate's perturb and shift tests, :mod:`graphcheck.gate.exact`).
 
 ``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples of ``make test`` (default 10,
 about 30 s), ``GRAPHCHECK_FUZZ_SLOW_EXAMPLES`` those of ``make test-slow`` (default 40);
@@ -136,7 +137,8 @@ def disagreement(
     if gated.bytes.status != "equal":
         problems.append(f"bytes {gated.bytes.status}: {gated.bytes.message}")
     if not gated.isolation.holds:
-        problems.append(f"isolation {gated.isolation.status} {gated.isolation.max_rel_diff:.3g}")
+        crossing = gated.isolation.crossing
+        problems.append(f"isolation {gated.isolation.status}: {crossing and crossing.describe()}")
     return "; ".join(problems) or None
 
 

@@ -1,5 +1,6 @@
-"""The gate's comparisons: staged against uncut logits, each document alone against
-its packed logits, and parameters after one optimizer step.
+"""The gate's comparisons: staged against uncut logits and parameters after one
+optimizer step. Document isolation is exact, with no tolerance, in
+:mod:`graphcheck.gate.exact` (perturb, shift, gradients).
 
 Bytes are compared with ``torch.equal`` (shape and dtype first); where they differ
 the check says by how much and where the first difference is.
@@ -7,8 +8,6 @@ the check says by how much and where the first difference is.
 >>> a = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
 >>> same(a, a.clone()), same(a, a.float()), relative(a * 2, a)
 (True, False, 1.0)
->>> isolation_check([None, 0.01, None], 0.02).status
-<IsolationStatus.TOLERANCE: 'tolerance'>
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.report import (
     ByteCheck,
     ByteStatus,
-    IsolationCheck,
-    IsolationStatus,
     TrainCheck,
     TrainStatus,
 )
 
-__all__ = ["abs_diff", "bytes_check", "isolation_check", "relative", "same", "train_check"]
+__all__ = ["abs_diff", "bytes_check", "relative", "same", "train_check"]
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -70,21 +67,6 @@ def bytes_check(staged, uncut: torch.Tensor, batch: PackedBatch, blocked) -> Byt
         first = {"token": index[1], "document": document, "position": position}
         first["column"] = index[2]
     return ByteCheck(ByteStatus.DIFFER, diff.max().item(), first, message=f"first at index {index}")
-
-
-def isolation_check(found: list, tolerance: float) -> IsolationCheck:
-    """Per document ``None`` (bitwise) or its relative diff, as an :class:`IsolationCheck`."""
-    worst, at = 0.0, None
-    for index, rel in enumerate(found):
-        if rel is not None and (at is None or rel > worst):
-            worst, at = rel, index
-    if at is None:
-        status = IsolationStatus.BITWISE
-    elif worst <= tolerance:
-        status = IsolationStatus.TOLERANCE
-    else:
-        status = IsolationStatus.FAIL
-    return IsolationCheck(status, worst, at, tolerance, len(found))
 
 
 def train_check(uncut: dict, results: dict[int, dict], after: torch.Tensor) -> TrainCheck:

@@ -3,16 +3,25 @@ renders it).
 
 A :class:`GateReport` holds the static verdict of the plan (the same proof
 ``graphcheck verify`` runs), the executed comparison of the staged run with
-the uncut model (:class:`ByteCheck`), the document-isolation comparison
-(:class:`IsolationCheck`) and, with ``--train``, the comparison after one
+the uncut model (:class:`ByteCheck`), the exact document-isolation tests
+(:class:`IsolationCheck`: perturb and shift, each an :class:`ExactCheck`, the
+gradients with ``--train`` a :class:`GradientCheck`, each document alone as
+information, :class:`AloneCheck`) and, with ``--train``, the comparison after one
 optimizer step (:class:`TrainCheck`). Exit status: 0 when every comparison
-holds, 1 when one fails.
+holds, 1 when one fails. ``agrees`` is whether the static verdict stands: a static
+PASS agrees only when every comparison holds.
 
 >>> r = GateReport(model="m.py:f", num_layers=2, cuts=[1], docs=(3,), seed=0,
 ...                static_verdict="pass", bytes=ByteCheck("equal"),
 ...                isolation=IsolationCheck("bitwise"))
 >>> r.verdict, r.exit_code, r.agrees
 ('pass', 0, True)
+>>> leak = Crossing("perturb", document=2, token=13, layer=3, layer_fqn="model.layers.3")
+>>> r.isolation = IsolationCheck("fail", perturb=ExactCheck("perturb", "fail", leak))
+>>> r.verdict, r.agrees, r.isolation.crossing.layer_fqn
+('fail', False, 'model.layers.3')
+>>> print(leak.describe())
+document 2 token 13 changes when other documents change; first at layer 3 (model.layers.3)
 >>> r.bytes.status is ByteStatus.EQUAL, r.mode
 (True, <RunMode.PROCESSES: 'processes'>)
 """
@@ -27,11 +36,16 @@ from graphcheck.gate.graph_run import Blocked, Handover
 
 __all__ = [
     "ISOLATION_TOLERANCE",
+    "AloneCheck",
     "ByteCheck",
     "ByteStatus",
+    "Crossing",
+    "ExactCheck",
     "GateReport",
+    "GradientCheck",
     "IsolationCheck",
     "IsolationStatus",
+    "IsolationTest",
     "RunMode",
     "TrainCheck",
     "TrainStatus",
@@ -40,9 +54,9 @@ __all__ = [
 # What a report compares unless told otherwise (graphcheck.gate.output.Compared.as_dict)
 RETURNED = {"kind": "returned", "fqn": None, "what": "the tensor the forward returns"}
 
-# Relative tolerance of the isolation comparison when it is not bitwise:
-# max |packed - alone| / max |alone| over a document's logits. Measured on
-# transformers models: a leak gives 0.09-0.8, a correct model at most 0.0065.
+# Deprecated: the relative tolerance the isolation verdict once allowed (max |packed -
+# alone| / max |alone|). The verdict is exact now (graphcheck.gate.exact); kept for
+# callers that import it, it decides nothing.
 ISOLATION_TOLERANCE = 0.02
 
 
@@ -55,11 +69,17 @@ class ByteStatus(StrEnum):
 
 
 class IsolationStatus(StrEnum):
-    """Each document alone against its packed logits."""
+    """An exact isolation test: no changed bit, or one."""
 
     BITWISE = "bitwise"
-    TOLERANCE = "tolerance"  # within the relative tolerance
     FAIL = "fail"
+
+
+class IsolationTest(StrEnum):
+    """The exact isolation tests (:mod:`graphcheck.gate.exact`)."""
+
+    PERTURB = "perturb"  # the other documents' tokens redrawn: data crossing documents
+    SHIFT = "shift"  # the document moved to another offset: absolute position
 
 
 class TrainStatus(StrEnum):
@@ -105,26 +125,161 @@ class ByteCheck:
         }
 
 
-@dataclass
-class IsolationCheck:
-    """Packed logits per document against the document run alone: ``bitwise``,
-    ``tolerance`` (within :data:`ISOLATION_TOLERANCE`) or ``fail``."""
+@dataclass(frozen=True)
+class Crossing:
+    """Where an exact test first saw a changed bit: the document whose outputs (or whose
+    loss's gradients) changed, the token (position in ``at_document``, the document it
+    belongs to: ``document`` itself unless a gradient reached another one), the first
+    layer whose output shows it (global index and path), the parameter whose gradient
+    changed, and the largest absolute difference."""
 
-    status: IsolationStatus
+    test: IsolationTest | str
+    document: int
+    token: int | None = None
+    layer: int | None = None
+    layer_fqn: str | None = None
+    parameter: str | None = None
+    max_abs_diff: float = 0.0
+    at_document: int | None = None
+    gradient: str = ""  # "" (forward), "input", "parameter" or "reach" (another document)
+
+    def describe(self) -> str:
+        """One clause: what changed, where it first shows."""
+        when = {
+            IsolationTest.PERTURB: "changes when other documents change",
+            IsolationTest.SHIFT: "changes when the document moves to another offset",
+        }[IsolationTest(self.test)]
+        at = self.document if self.at_document is None else self.at_document
+        loss = f"the gradient of document {self.document}'s loss"
+        if self.gradient == "parameter":
+            return f"{loss} w.r.t. {self.parameter} {when}"
+        if self.gradient == "reach":
+            return f"{loss} reaches document {at} token {self.token} (not zero there)"
+        if self.gradient == "input" and IsolationTest(self.test) is IsolationTest.SHIFT:
+            return f"the input gradient of document {at} token {self.token} {when}"
+        if self.gradient == "input":
+            return f"{loss} at document {at} token {self.token} {when}"
+        token = f" token {self.token}" if self.token is not None else ""
+        text = f"document {self.document}{token} {when}"
+        if self.layer_fqn is not None:
+            text += f"; first at layer {self.layer} ({self.layer_fqn})"
+        return text
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "test": str(self.test)}
+
+
+@dataclass
+class ExactCheck:
+    """One exact test over every document: ``bitwise``, or ``fail`` with the first
+    :class:`Crossing` and every document that changed."""
+
+    test: IsolationTest | str
+    status: IsolationStatus | str = IsolationStatus.BITWISE
+    crossing: Crossing | None = None
+    changed: list[int] = field(default_factory=list)  # documents whose outputs changed
+
+    def __post_init__(self) -> None:
+        self.test = IsolationTest(self.test)
+        self.status = IsolationStatus(self.status)
+
+    @property
+    def holds(self) -> bool:
+        return self.status is IsolationStatus.BITWISE
+
+    def describe(self) -> str:
+        return self.crossing.describe() if self.crossing else "bitwise"
+
+    def as_dict(self) -> dict:
+        crossing = self.crossing.as_dict() if self.crossing else None
+        return {"status": str(self.status), "crossing": crossing, "changed": self.changed}
+
+
+@dataclass
+class AloneCheck:
+    """Information only, never the verdict: each document run alone against its packed
+    outputs (a shorter batch runs other reductions, so it need not be bitwise):
+    ``bitwise`` or ``differ`` with the largest relative difference and where."""
+
+    status: str = "bitwise"  # bitwise / differ
     max_rel_diff: float = 0.0
     worst_document: int | None = None
-    tolerance: float = ISOLATION_TOLERANCE
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class GradientCheck:
+    """``--train``: the gradient of one document's loss (the fixed seeded loss on its
+    tokens) w.r.t. the layers' input, per token, and every parameter, under perturb;
+    the per-token input gradients under shift. ``isolated`` or ``fail``."""
+
+    perturb: ExactCheck = field(default_factory=lambda: ExactCheck("perturb"))
+    shift: ExactCheck = field(default_factory=lambda: ExactCheck("shift"))
+    parameters: int = 0  # parameters whose gradients were compared
+    message: str = ""  # why the gradients could not be taken
+
+    @property
+    def holds(self) -> bool:
+        return not self.message and self.perturb.holds and self.shift.holds
+
+    @property
+    def status(self) -> str:
+        if self.message:
+            return "blocked"
+        return "isolated" if self.holds else "fail"
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "perturb": self.perturb.as_dict(),
+            "shift": self.shift.as_dict(),
+            "parameters": self.parameters,
+            "message": self.message,
+        }
+
+
+@dataclass
+class IsolationCheck:
+    """The exact document-isolation tests (:mod:`graphcheck.gate.exact`): ``status`` is
+    ``bitwise`` when neither perturb nor shift changed a bit of any document's outputs,
+    else ``fail``; ``gradients`` with ``--train``; ``alone`` is information. ``holds``:
+    the forward tests and, when run, the gradient tests."""
+
+    status: IsolationStatus | str
     documents: int = 0
+    perturb: ExactCheck | None = None
+    shift: ExactCheck | None = None
+    alone: AloneCheck | None = None
+    gradients: GradientCheck | None = None
 
     def __post_init__(self) -> None:
         self.status = IsolationStatus(self.status)
 
     @property
+    def forward_holds(self) -> bool:
+        return self.status is IsolationStatus.BITWISE
+
+    @property
     def holds(self) -> bool:
-        return self.status in (IsolationStatus.BITWISE, IsolationStatus.TOLERANCE)
+        return self.forward_holds and (self.gradients is None or self.gradients.holds)
+
+    @property
+    def crossing(self) -> Crossing | None:
+        """The first crossing of the forward tests (perturb before shift)."""
+        checks = (self.perturb, self.shift)
+        return next((c.crossing for c in checks if c is not None and c.crossing), None)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {
+            "status": str(self.status),
+            "documents": self.documents,
+            "perturb": self.perturb.as_dict() if self.perturb else None,
+            "shift": self.shift.as_dict() if self.shift else None,
+            "alone": self.alone.as_dict() if self.alone else None,
+            "gradients": self.gradients.as_dict() if self.gradients else None,
+        }
 
 
 @dataclass
@@ -189,10 +344,11 @@ class GateReport:
 
     @property
     def agrees(self) -> bool:
-        """The static verdict never says pass where the bytes differ (forward, or after
-        one optimizer step)."""
-        trained = self.train is None or self.train.holds
-        return self.static_verdict == "fail" or (self.bytes.holds and trained)
+        """The static verdict stands: a static FAIL always does (the gate can miss what a
+        forward pass cannot show); a static PASS only when the bytes are equal, the
+        exact isolation tests hold (the gradients too with ``--train``) and the step
+        is equal."""
+        return self.static_verdict == "fail" or self.verdict == "pass"
 
     def as_dict(self) -> dict:
         return {

@@ -15,9 +15,11 @@ running what ranks run:
    model's own init method, :mod:`graphcheck.gate.tensors`), it saves its
    parameters and buffers by name (no ``state_dict`` hooks) as the checkpoint,
    runs the packed varlen batch and checks
-   **document isolation** (each document alone against its packed logits,
-   bitwise where the CPU kernels allow, otherwise within
-   :data:`~graphcheck.gate.report.ISOLATION_TOLERANCE`);
+   **document isolation** exactly, with no tolerance (:mod:`graphcheck.gate.exact`):
+   *perturb* (every other document's tokens redrawn, lengths kept) and *shift* (every
+   document moved by one whole row tile, so each starts at another offset) must not
+   change one bit of a document's outputs; the first layer that shows a change is
+   named. Each document run alone against its packed outputs is information only;
 4. **each stage runs in its own fresh process**
    (:mod:`graphcheck.gate.runner`): it builds the model, applies the stage
    builder (``keep-index`` by default, ``hf-slice`` for ``hf:`` models), loads
@@ -32,7 +34,9 @@ running what ranks run:
    staged backward hands the wire's gradient back as bf16 bytes, each stage
    recomputing its forward), then every parameter (by global name) and the
    logits of a second forward are compared: storage shared across stages shows
-   here.
+   here. Before the step the gradient of each document's loss (the fixed loss on its
+   tokens) w.r.t. the first layer's input and every parameter must not change under
+   perturb, nor the per-token input gradients under shift.
 
 Every process runs the model in the proof's program mode (``program_mode``, ``--mode``:
 ``train`` by default, the program pipeline-parallel training runs, or ``eval``). A
@@ -79,6 +83,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,12 +96,12 @@ from graphcheck.api import Explorer, ModelArg
 from graphcheck.errors import GateError, UsageError
 from graphcheck.gate.batch import DEFAULT_DOCS, PackedBatch
 from graphcheck.gate.chain import StageChain, in_fresh_process
-from graphcheck.gate.checks import bytes_check, isolation_check, relative, same
+from graphcheck.gate.checks import bytes_check, same
+from graphcheck.gate.exact import Probe, isolation_check
 from graphcheck.gate.graph_run import Handover, NodeFailure, RunStagesPass
 from graphcheck.gate.messages import failure_message, not_pipeline_aware, raised, random_ops
 from graphcheck.gate.output import Compared, OutputKind
 from graphcheck.gate.report import (
-    ISOLATION_TOLERANCE,
     ByteCheck,
     ByteStatus,
     GateReport,
@@ -141,7 +146,7 @@ def gate(
     stage_builder: str | StageBuilder | None = None,
     seed: int = 0,
     docs: Sequence[int] = DEFAULT_DOCS,
-    tolerance: float = ISOLATION_TOLERANCE,
+    tolerance: float | None = None,
     allow_fp32: Sequence[str] = (),
     train: bool = False,
     mode: RunMode | str = RunMode.PROCESSES,
@@ -158,7 +163,8 @@ def gate(
     (a fresh process per stage, the default) or ``graph`` (the partitioned exported
     graph, in this process); ``head`` (``--head``) or ``output_fqn``
     (``--output-fqn``) names what is compared instead of the returned tensor; ``init``
-    (``--init``) the model's init method (:mod:`graphcheck.gate.tensors`). Raises
+    (``--init``) the model's init method (:mod:`graphcheck.gate.tensors`).
+    ``tolerance`` is deprecated and ignored: document isolation is exact. Raises
     :class:`graphcheck.errors.GraphcheckError` when it cannot run."""
     runner = Gate(
         model, seed=seed, allow_fp32=allow_fp32, head=head, output_fqn=output_fqn, init=init,
@@ -238,11 +244,12 @@ class Gate:
         *,
         stage_builder: str | StageBuilder | None = None,
         docs: Sequence[int] = DEFAULT_DOCS,
-        tolerance: float = ISOLATION_TOLERANCE,
+        tolerance: float | None = None,
         train: bool = False,
         mode: RunMode | str = RunMode.PROCESSES,
     ) -> GateReport:
-        """Gate one plan; see :func:`gate`."""
+        """Gate one plan; see :func:`gate` (``tolerance``: deprecated, ignored)."""
+        _deprecated_tolerance(tolerance)
         mode = _check_mode(mode, stage_builder, train, self.compared)
         clock = _Clock()
         with clock("build"):  # first: weights nobody initialised stop the gate before the export
@@ -255,10 +262,10 @@ class Gate:
         with self._running(), clock("preflight"):
             exported = self._preflight(batch)
         if mode is RunMode.GRAPH:
-            outcome = self._graph_outcome(plan, batch, tolerance, clock)
+            outcome = self._graph_outcome(plan, batch, clock)
         else:
             builder = _default_builder(self.spec, stage_builder)
-            outcome = self._process_outcome(builder, plan, batch, tolerance, train, clock)
+            outcome = self._process_outcome(builder, plan, batch, train, clock)
             if stage_builder is None and outcome.bytes.status is ByteStatus.BLOCKED:
                 raise GateError(not_pipeline_aware(builder, outcome.bytes.message))
             stage_builder = builder
@@ -309,7 +316,7 @@ class Gate:
                 read(graph_output(program, outputs))
         return graph_tensors(program, outputs)
 
-    def _graph_outcome(self, plan: StagePlan, batch: PackedBatch, tolerance: float, clock):
+    def _graph_outcome(self, plan: StagePlan, batch: PackedBatch, clock):
         """Secondary mode: the uncut model and the partitioned exported graph, in here."""
         state = tensors_of(self.model)
         with self._running():
@@ -319,19 +326,19 @@ class Gate:
                 restore(self.model, state)
                 staged, handovers, blocked = self._graph_run(plan, batch)
             with clock("isolation"):
-                isolation = self._isolation(batch, uncut, tolerance, state)
+                isolation = self._isolation(batch, state)
         restore(self.model, state)
         check = bytes_check(staged, uncut, batch, blocked)
         return _Outcome(returned, check, isolation, handovers, list(uncut.shape))
 
-    def _process_outcome(self, builder, plan, batch, tolerance: float, train: bool, clock):
+    def _process_outcome(self, builder, plan, batch, train: bool, clock):
         """Default mode: the uncut model and every stage each in a fresh process."""
         recipe = self._recipe(builder)
         with clock("uncut"):
             uncut = in_fresh_process(run_uncut, recipe, batch, self._workdir.name, train)
         if "isolation" not in uncut:  # the model itself raised on real weights
             raise GateError(f"the uncut model {uncut.get('raised', 'did not run')}")
-        isolation = isolation_check(uncut["isolation"], tolerance)
+        isolation = uncut["isolation"]
         chain = StageChain(recipe, plan, batch, self._workdir.name)
         with clock("staged"):
             first = chain.forward([uncut["checkpoint"]] * plan.num_stages, train)
@@ -383,15 +390,12 @@ class Gate:
         with self.compared.reading(self.model) as read:  # --head: applied here, in-process
             return read(graph_output(program, result.outputs)), result.handovers, None
 
-    def _isolation(self, batch: PackedBatch, packed: torch.Tensor, tolerance: float, state):
-        """Each document alone, from the state the packed run started from."""
-        found = []
-        for index, (start, end) in enumerate(batch.spans):
-            restore(self.model, state)
-            alone = call_model(self.model, batch.document(index), self.compared)[1]
-            mine = packed[:, start:end]
-            found.append(None if same(mine, alone) else relative(mine, alone))
-        return isolation_check(found, tolerance)
+    def _isolation(self, batch: PackedBatch, state: dict) -> IsolationCheck:
+        """The exact isolation tests (:mod:`graphcheck.gate.exact`) on the model in this
+        process, every run from the state the packed run started from."""
+        forward = lambda b: call_model(self.model, b, self.compared)[1]  # noqa: E731
+        layout = self.explorer.session.layout
+        return isolation_check(Probe(self.model, forward, layout, state, self.seed), batch)
 
 
 @dataclass
@@ -405,6 +409,15 @@ class _Outcome:
     shape: list[int]  # of the compared value
     train: TrainCheck | None = None
     exported: list[torch.Tensor] | None = None  # those the exported uncut program returns
+
+
+def _deprecated_tolerance(tolerance: float | None) -> None:
+    if tolerance is not None:
+        warnings.warn(
+            "gate(tolerance=...) is ignored: document isolation is exact (perturb and shift)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 def _same_all(a: list[torch.Tensor] | None, b: list[torch.Tensor]) -> bool:

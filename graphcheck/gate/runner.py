@@ -11,7 +11,8 @@ an earlier layer).
   bf16 weights, seeded, then the model's own init method), saves its parameters and
   persistent buffers by name (:func:`~graphcheck.gate.tensors.tensors_of`, no
   ``state_dict`` hooks) as the checkpoint every stage loads, runs the packed batch
-  and each document alone (document isolation), and with ``train`` takes one
+  and the exact document-isolation tests (:mod:`graphcheck.gate.exact`: perturb and
+  shift; with ``train`` on the gradients too), and with ``train`` takes one
   forward+backward+SGD step and runs again.
   What it compares is the recipe's :class:`~graphcheck.gate.output.Compared`
   (the returned tensor, a head applied to the returned hidden states, or a named
@@ -45,8 +46,10 @@ from graphcheck import varlen
 from graphcheck.analysis.export import accepted_inputs
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.gate.batch import PackedBatch
+from graphcheck.gate.exact import Probe, gradient_check, isolation_check
 from graphcheck.gate.messages import one_line
 from graphcheck.gate.output import Compared, returned_tensor, wire_tensor
+from graphcheck.gate.report import IsolationCheck
 from graphcheck.gate.tensors import check_initialised, initialise, restore, tensors_of
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
@@ -221,24 +224,19 @@ def _forward(model: nn.Module, batch: PackedBatch, compared: Compared) -> torch.
     return _outputs(model, batch, compared)[1]
 
 
-def _isolation(model: nn.Module, batch: PackedBatch, packed: torch.Tensor, state: dict,
-               compared: Compared) -> list:  # fmt: skip
-    """Per document: ``None`` when alone equals packed bitwise, else the relative diff.
-    Each document runs from ``state``, the weights and buffers the packed run started
-    from (a model that writes its buffers in place must not see its own earlier runs)."""
-    found = []
-    for index, (start, end) in enumerate(batch.spans):
-        restore(model, state)
-        alone = _forward(model, batch.document(index), compared)
-        mine = packed[:, start:end]
-        same = mine.shape == alone.shape and mine.dtype == alone.dtype
-        if same and torch.equal(mine, alone):
-            found.append(None)
-            continue
-        diff = (mine.float() - alone.float()).abs().max().item()
-        value = diff / max(alone.float().abs().max().item(), 1e-30)
-        found.append(value if value == value else float("inf"))
-    return found
+def _exact_isolation(model: nn.Module, batch: PackedBatch, state: dict, recipe: Recipe,
+                     train: bool) -> IsolationCheck:  # fmt: skip
+    """The exact isolation tests (:mod:`graphcheck.gate.exact`) from ``state``, the
+    weights and buffers the packed run started from (a model that writes its buffers in
+    place must not see its own earlier runs); with ``train`` the gradient tests too."""
+    forward = lambda b: _forward(model, b, recipe.compared)  # noqa: E731
+    probe = Probe(model, forward, recipe.layout, state, recipe.seed)
+    with torch.no_grad():
+        check = _call(lambda: isolation_check(probe, batch), "the model")
+    if train:
+        check.gradients = _call(lambda: gradient_check(probe, batch), "the model's backward")
+    restore(model, state)
+    return check
 
 
 def _sgd_step(module: nn.Module, loss: torch.Tensor | None, out=None, grad=None) -> None:
@@ -256,7 +254,8 @@ def _sgd_step(module: nn.Module, loss: torch.Tensor | None, out=None, grad=None)
 @_reported
 def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = False) -> dict:
     """The uncut model: checkpoint, the compared tensor (``logits``) and every returned
-    tensor (``returned``), isolation; with ``train`` one step after."""
+    tensor (``returned``), the exact isolation tests (an :class:`IsolationCheck`,
+    gradients included with ``train``); with ``train`` one step after."""
     model = build_model(recipe)
     checkpoint = str(Path(workdir) / "uncut.pt")
     torch.save(tensors_of(model, persistent=True), checkpoint)
@@ -265,10 +264,7 @@ def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = Fa
     with cpu_kernels(), patched(model, _stand_ins(recipe)):
         with torch.no_grad():
             returned, logits = _call(lambda: _outputs(model, batch, compared), "the model")
-            isolation = _call(
-                lambda: _isolation(model, batch, logits, state, compared), "the model"
-            )
-            restore(model, state)
+        isolation = _exact_isolation(model, batch, state, recipe, train)
         result = {"logits": logits, "returned": returned, "isolation": isolation}
         result["checkpoint"] = checkpoint
         if train:

@@ -25,7 +25,13 @@ if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
     from graphcheck.analysis.plan import Stage
     from graphcheck.diagnostics import Diagnostic
-    from graphcheck.gate.report import ByteCheck, GateReport, IsolationCheck, TrainCheck
+    from graphcheck.gate.report import (
+        ByteCheck,
+        GateReport,
+        GradientCheck,
+        IsolationCheck,
+        TrainCheck,
+    )
     from graphcheck.report import PlanReport, Report
 
 __all__ = ["render"]
@@ -331,15 +337,44 @@ def _bytes_line(check: ByteCheck) -> str:
 
 def _isolation_line(check: IsolationCheck) -> str:
     n = check.documents
-    if check.status == "bitwise":
-        return f"document isolation: BITWISE ({n} documents alone equal their packed logits)"
-    detail = (
-        f"max relative diff {check.max_rel_diff:.2g} at document {check.worst_document}, "
-        f"tolerance {check.tolerance:g}"
+    if not check.forward_holds:
+        return f"document isolation: FAIL ({_crossings(check.perturb, check.shift)}{_alone(check)})"
+    if n < 2:
+        return f"document isolation: BITWISE (shift, {n} document: nothing to perturb)"
+    return f"document isolation: BITWISE (perturb and shift, {n} documents{_alone(check)})"
+
+
+def _crossings(*checks) -> str:
+    """``perturb: ...; max abs diff ...`` for every exact test that failed."""
+    parts = []
+    for check in checks:
+        if check is not None and check.crossing is not None:
+            crossing = check.crossing
+            diff = f"; max abs diff {crossing.max_abs_diff:.2g}" if crossing.max_abs_diff else ""
+            parts.append(f"{check.test}: {crossing.describe()}{diff}")
+    return " | ".join(parts)
+
+
+def _alone(check: IsolationCheck) -> str:
+    """Each document alone against packed, when it is not bitwise (information only)."""
+    alone = check.alone
+    if alone is None or alone.status == "bitwise":
+        return ""
+    return (
+        f"; alone vs packed differs by max rel {alone.max_rel_diff:.2g} at document "
+        f"{alone.worst_document}, information only"
     )
-    if check.status == "tolerance":
-        return f"document isolation: WITHIN TOLERANCE ({detail}; not bitwise on this CPU)"
-    return f"document isolation: FAIL ({detail}: documents see each other)"
+
+
+def _gradient_line(check: GradientCheck) -> str:
+    if check.message:
+        return f"gradients: CANNOT RUN ({check.message})"
+    if check.holds:
+        return (
+            "gradients: ISOLATED (each document's loss: input gradients under perturb and "
+            f"shift, {check.parameters} parameter gradients under perturb)"
+        )
+    return f"gradients: FAIL ({_crossings(check.perturb, check.shift)})"
 
 
 def _train_line(check: TrainCheck) -> str:
@@ -377,7 +412,12 @@ _TRAINED = {
 
 
 def _summary(report: GateReport) -> str:
-    isolated = "documents isolated" if report.isolation.holds else "documents not isolated"
+    isolation = report.isolation
+    isolated = "documents isolated" if isolation.forward_holds else "documents not isolated"
+    if isolation.gradients is not None:
+        isolated += (
+            ", gradients isolated" if isolation.gradients.holds else (", gradients not isolated")
+        )
     static = report.static_verdict.upper()
     agree = "agrees with" if report.agrees else "CONTRADICTS"
     what = f"{_BYTES[report.bytes.status]}, {isolated}"
@@ -411,6 +451,8 @@ def render_gate_text(report: GateReport) -> str:
     if not report.export_faithful:
         lines.append("note: the exported uncut program itself differs from the model here")
     lines += ["", _bytes_line(report.bytes), _isolation_line(report.isolation)]
+    if report.isolation.gradients is not None:
+        lines.append(_gradient_line(report.isolation.gradients))
     if report.train is not None:
         lines.append(_train_line(report.train))
     lines += ["", _summary(report)]
