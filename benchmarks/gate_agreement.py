@@ -39,16 +39,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
 
 import adversarial  # noqa: E402
+import buffer_values  # noqa: E402
 import exact_isolation  # noqa: E402
 import gate_state  # noqa: E402
+import gate_weights  # noqa: E402
 import locality  # noqa: E402
 import reference  # noqa: E402
 import soundness_dataflow  # noqa: E402
+import specialized_t  # noqa: E402
 import violations  # noqa: E402
 
 MODULES = (
     reference, violations, adversarial, soundness_dataflow, gate_state, locality,
-    exact_isolation,
+    exact_isolation, buffer_values, gate_weights, specialized_t,
 )  # fmt: skip
 
 SKIP = {"llama8b_shape", "export_fails", "factory_raises"}
@@ -61,6 +64,10 @@ EXTRA = [  # (fixture, cuts, options)
     ("reference:reference", [[k] for k in range(1, 8)], {"stage_builder": "rebuild"}),
     ("reference:window_only", [[k] for k in range(1, 8)], {"stage_builder": "rebuild"}),
     ("violations:specialized_length", [[4]], {"docs": (5, 7)}),
+    ("buffer_values:rope_base_by_layer", [[k] for k in range(1, 8)], {"stage_builder": "rebuild"}),
+    ("buffer_values:rope_base_uniform", [[k] for k in range(1, 8)], {"stage_builder": "rebuild"}),
+    ("exact_isolation:backward_leak", [[k] for k in range(0, 9)], {"train": True}),
+    ("exact_isolation:backward_masked", [[k] for k in range(0, 9)], {"train": True}),
 ]
 
 
@@ -107,6 +114,14 @@ def static_cell(report: GateReport) -> str:
 
 
 def bytes_cell(reports: list[tuple[int, GateReport]]) -> str:
+    """The forward bytes and, with ``--train``, the parameters after one step."""
+    step = reports[0][1].train
+    if step is None:
+        return _forward_bytes(reports)
+    return _forward_bytes(reports) + ("; step equal" if step.holds else "; step differs")
+
+
+def _forward_bytes(reports: list[tuple[int, GateReport]]) -> str:
     cut, first = reports[0]
     check = first.bytes
     if check.status is ByteStatus.EQUAL:
@@ -123,7 +138,12 @@ def bytes_cell(reports: list[tuple[int, GateReport]]) -> str:
 
 def isolation_cell(reports: list[tuple[int, GateReport]]) -> str:
     """``bitwise``, or ``fail (perturb and shift, max abs 0.0088)``: the exact tests that
-    saw a changed bit and the largest absolute difference they saw."""
+    saw a changed bit and the largest absolute difference they saw; with ``--train``
+    also whether each document's gradients are isolated."""
+    return _forward_cell(reports) + _gradient_cell(reports)
+
+
+def _forward_cell(reports: list[tuple[int, GateReport]]) -> str:
     status = reports[0][1].isolation.status
     if status is IsolationStatus.BITWISE:
         return str(status)
@@ -134,6 +154,13 @@ def isolation_cell(reports: list[tuple[int, GateReport]]) -> str:
                 tests += [str(check.test)] if str(check.test) not in tests else []
                 worst = max(worst, check.crossing.max_abs_diff)
     return f"{status} ({' and '.join(tests)}, max abs {worst:.2g})"
+
+
+def _gradient_cell(reports: list[tuple[int, GateReport]]) -> str:
+    checks = [r.isolation.gradients for _, r in reports if r.isolation.gradients is not None]
+    if not checks:
+        return ""
+    return "; gradients isolated" if all(c.holds for c in checks) else "; gradients FAIL"
 
 
 def ranges(cuts: list[int]) -> str:
@@ -183,9 +210,10 @@ def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], i
             continue
         disagreements += _contradicts(gate, cuts, report)
         key = (static_cell(report), report.bytes.status, report.isolation.status, report.mode)
+        key += (report.isolation.holds, report.train is None or report.train.holds)
         groups.setdefault(key, []).append((cuts[0], report))
     rows = []
-    for (static, _, _, mode), reports in groups.items():
+    for (static, _, _, mode, *_), reports in groups.items():
         cuts = ranges(sorted(c for c, _ in reports)) + (" (graph)" if mode is RunMode.GRAPH else "")
         cells = (label, cuts, static, bytes_cell(reports), isolation_cell(reports))
         rows.append("| " + " | ".join(cells) + " |")
