@@ -609,15 +609,18 @@ def _check_model(args: argparse.Namespace) -> None:
 def _check_builder(args: argparse.Namespace) -> None:
     """``--stage-builder``: a builtin name, or a function its file or module holds
     (``none`` but for ``gate``, which runs the stages)."""
-    if getattr(args, "stage_builder", None) is not None:
-        from graphcheck.stages.builders import NONE, check_builder
-
-        if args.command == "gate" and args.stage_builder == NONE:
+    builder = getattr(args, "stage_builder", None)
+    if builder == "none":  # graphcheck.stages.builders.NONE, said without importing torch
+        if args.command == "gate":
             raise UsageError(
                 "gate runs every stage: --stage-builder none builds none; drop it (the "
                 "default builds them) or name a builder"
             )
-        check_builder(args.stage_builder)
+        return
+    if builder is not None:
+        from graphcheck.stages.builders import check_builder
+
+        check_builder(builder)
 
 
 def _check_writable(flag: str, path: str) -> None:

@@ -297,7 +297,10 @@ def _model(spec: str, folder: Path, where: str) -> str:
 
 
 def _builder(text: str, folder: Path, where: str) -> str:
-    """A builtin stage builder's name or ``file.py:FN`` (its path resolved), checked now."""
+    """A builtin stage builder's name or ``file.py:FN`` (its path resolved), checked now;
+    ``none`` (no stage programs) without importing the builders (torch)."""
+    if text == "none":
+        return text
     from graphcheck.stages.builders import check_builder
 
     target, sep, fn = text.rpartition(":")
