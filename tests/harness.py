@@ -38,8 +38,10 @@ class RuleExplorer(Explorer):
     """An :class:`Explorer` whose :meth:`verify` proves no stage program unless it is
     given a stage builder."""
 
-    def verify(self, cuts=None, stages=None, *, stage_builder=NO_STAGES, **options) -> Report:
-        return super().verify(cuts, stages, stage_builder=stage_builder, **options)
+    def verify(self, cuts=None, stages=None, *, stage_builder=None, **options) -> Report:
+        # None too: the gate passes its own (None, its default) to the explorer it is given
+        builder = NO_STAGES if stage_builder is None else stage_builder
+        return super().verify(cuts, stages, stage_builder=builder, **options)
 
 
 @cache
