@@ -49,6 +49,7 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py
+	$(BIN)/python benchmarks/bench_stage_programs.py
 	$(BIN)/python benchmarks/bench_plan.py
 	$(BIN)/python benchmarks/bench_cache.py
 	$(BIN)/python benchmarks/bench_startup.py

@@ -32,9 +32,16 @@ flags of the same names):
   what ignored a finding: ``None`` (the default: the flags, ``by --ignore``) or the
   configuration table's name (``"[tool.graphcheck]"``: ``by [tool.graphcheck] ignore``).
 
-:func:`verify` also takes ``stage_builder`` (``--stage-builder``): a builtin name
-(``keep-index``, ``moduledict``, ``rebuild``, ``hf-slice``, ``hf-rebuild``),
-``file.py:function`` or a callable.
+:func:`verify` and :func:`plan` also prove each stage's own program, built the way a
+rank builds it, against its slice of the uncut program (``report.stage_proof`` says
+whether they were proven, by which builder, and why not).  ``stage_builder``
+(``--stage-builder``) names the builder: a builtin name (``keep-index``,
+``moduledict``, ``rebuild``, ``hf-slice``, ``hf-rebuild``), ``file.py:function`` or a
+callable; ``None`` (the default) is ``hf-slice`` for ``hf:`` models and ``keep-index``
+for the rest, and a model whose keep-index stages do not export (not pipeline-aware)
+gets its cuts proven and its stage programs reported not proven; ``"none"`` proves no
+stage program. ``require_stage_programs=True`` (``--require-stage-programs``) fails the
+verdict when they are not proven.
 """
 
 from __future__ import annotations
@@ -52,12 +59,12 @@ from graphcheck.analysis.export import export_model
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
-from graphcheck.errors import AnalysisError, UsageError
+from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
 from graphcheck.kernels import patched
 from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec
 from graphcheck.model.session import ModelArg, Session
-from graphcheck.report import PlanReport, Report
+from graphcheck.report import PlanReport, Report, StageProof
 from graphcheck.reporters import progress
 from graphcheck.rules.gc101_stage_plan_invalid import (
     cuts_from_fqns,
@@ -67,7 +74,13 @@ from graphcheck.rules.gc101_stage_plan_invalid import (
 )
 from graphcheck.rules.suppress import Suppression, model_files
 from graphcheck.stages import fresh
-from graphcheck.stages.builders import StageBuilder, check_builder
+from graphcheck.stages.builders import (
+    NONE,
+    StageBuilder,
+    builder_name,
+    check_builder,
+    default_builder,
+)
 from graphcheck.stages.programs import stage_programs
 
 __all__ = ["Explorer", "ModelArg", "cut_map", "explore", "plan", "verify"]
@@ -80,14 +93,18 @@ def verify(
     *,
     allow_fp32: Sequence[str] = (),
     stage_builder: str | StageBuilder | None = None,
+    require_stage_programs: bool = False,
     pipeline_layout: str | None = None,
     fqns_per_stage: Sequence[Sequence[str]] | None = None,
     **options,
 ) -> Report:
-    """Prove every cut of a stage plan (``cuts`` or an even split into ``stages``).
+    """Prove every cut of a stage plan (``cuts`` or an even split into ``stages``) and
+    that each stage's own program equals its slice of the uncut program.
 
-    With ``stage_builder`` (a builtin name, ``file.py:function`` or a callable) also
-    prove that each stage's own program equals its slice of the uncut program.
+    ``stage_builder`` (a builtin name, ``file.py:function`` or a callable) builds the
+    stages; ``None``: the default builder when one can be had (see the module doc),
+    ``"none"``: no stage programs. ``require_stage_programs`` fails the verdict when
+    they are not proven.
     ``allow_fp32`` adds globs to the default allowlist (``*.A_log``, ``*.dt_bias``),
     as ``--allow-fp32`` does. Raises :class:`graphcheck.errors.GraphcheckError` when
     it cannot verify. ``pipeline_layout`` (a Megatron-style layout string, ``"E|t*4|t*4|L"``)
@@ -97,7 +114,9 @@ def verify(
     check_builder(stage_builder)  # a name that does not resolve: before the model is built
     explorer = Explorer(model, allow_fp32=allow_fp32, **options)
     cuts = explorer.written_cuts(cuts, stages, pipeline_layout, fqns_per_stage)
-    return explorer.verify(cuts, stages, stage_builder=stage_builder)
+    return explorer.verify(
+        cuts, stages, stage_builder=stage_builder, require_stage_programs=require_stage_programs
+    )
 
 
 def cut_map(
@@ -116,19 +135,26 @@ def plan(
     cost: str = "flops",
     doc_length: int = DOC_LENGTH,
     allow_fp32: Sequence[str] = (),
+    stage_builder: str | StageBuilder | None = None,
+    require_stage_programs: bool = False,
     **options,
 ) -> PlanReport:
     """The cuts that minimise the most expensive of ``stages`` stages (``stages·virtual``
     chunks for an interleaved schedule), cutting only where the map proves a boundary
-    legal, and their proof (a :func:`verify` of those cuts, on the same export).
+    legal, and their proof (a :func:`verify` of those cuts, on the same export, with
+    ``stage_builder`` and ``require_stage_programs``).
 
     ``cost`` is ``"flops"`` (matmul and attention FLOPs per token, attention at
     documents of ``doc_length`` tokens) or ``"params"`` (parameter bytes); the search is
     :func:`graphcheck.analysis.balance.balance`. ``report.plan`` is ``None`` (exit status
     1) when no legal plan exists; ``report.blocking`` names the illegal boundaries.
     """
+    check_builder(stage_builder)  # a name that does not resolve: before the model is built
     explorer = Explorer(model, allow_fp32=allow_fp32, **options)
-    return explorer.balanced(stages, virtual=virtual, cost=cost, doc_length=doc_length)
+    return explorer.balanced(
+        stages, virtual=virtual, cost=cost, doc_length=doc_length, stage_builder=stage_builder,
+        require_stage_programs=require_stage_programs,
+    )  # fmt: skip
 
 
 def explore(
@@ -262,31 +288,71 @@ class Explorer:
         stages: int | None = None,
         *,
         stage_builder: str | StageBuilder | None = None,
+        require_stage_programs: bool = False,
     ) -> Report:
-        """Prove one stage plan; see :func:`verify`."""
+        """Prove one stage plan and its stage programs; see :func:`verify`."""
         start = time.perf_counter() - self._take_setup()
         plan = self.plan(cuts, stages)
         check_builder(stage_builder)
-        if stage_builder is not None and self.session.dtype is not BuildDtype.BFLOAT16:
+        builder, unproven = self._stage_builder(stage_builder)
+        if isinstance(builder, str) and self.session.spec is not None:
+            fresh.start()  # stage processes: preload while the uncut model exports
+        ctx = self.context(plan)
+        proof = unproven
+        if builder is not None:
+            ctx, proof = self._stage_proof(ctx, plan, builder, default=stage_builder is None)
+        report = _report(self.session.name, ctx, "verify", start, self.suppression)
+        report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
+        report.stage_proof = dataclasses.replace(proof, required=require_stage_programs)
+        layout = ctx.program.layout
+        report.stages = plan.with_modules(layout.input_fqns, layout.output_fqns)
+        return report
+
+    def _stage_builder(
+        self, stage_builder: str | StageBuilder | None
+    ) -> tuple[str | StageBuilder | None, StageProof | None]:
+        """The builder the stage programs are proven with (the user's, else the default
+        one), or ``None`` and the :class:`StageProof` saying why none is."""
+        bf16 = self.session.dtype is BuildDtype.BFLOAT16
+        if stage_builder == NONE:
+            turned_off = "turned off by --stage-builder none"
+            return None, StageProof(False, reason=turned_off, hint="--stage-builder none")
+        if stage_builder is not None and not bf16:
             raise UsageError(
                 "--stage-builder builds the stage programs in bfloat16: drop --dtype "
                 f"{self.session.dtype} or --stage-builder"
             )
-        if isinstance(stage_builder, str) and self.session.spec is not None:
-            fresh.start()  # stage processes: preload while the uncut model exports
-        ctx = self.context(plan)
         if stage_builder is not None:
+            return stage_builder, None
+        if not bf16:
+            dtype = self.session.dtype
+            reason = f"stage programs are built in bfloat16, this model with --dtype {dtype}"
+            return None, StageProof(False, reason=reason, hint=f"drop --dtype {dtype}")
+        return default_builder(self.hf_spec), None
+
+    def _stage_proof(
+        self, ctx: Context, plan: StagePlan, builder: str | StageBuilder, default: bool
+    ) -> tuple[Context, StageProof]:
+        """Every stage of ``plan`` built by ``builder``, exported and compared with the
+        uncut program. A ``default`` builder (graphcheck's choice, not the user's) that
+        cannot build or export a stage leaves the stage programs not proven, saying why;
+        the user's is an error (exit 2)."""
+        name = builder_name(builder)
+        try:
             widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
             with progress.phase(progress.Phase.STAGES, plan.num_stages) as tick:
                 stages, mismatches = stage_programs(
-                    self.session, stage_builder, ctx.program, plan, ctx.stage_of, widths, tick
+                    self.session, builder, ctx.program, plan, ctx.stage_of, widths, tick
                 )
-            ctx = dataclasses.replace(ctx, stages=stages, mismatches=mismatches)
-        report = _report(self.session.name, ctx, "verify", start, self.suppression)
-        report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
-        layout = ctx.program.layout
-        report.stages = plan.with_modules(layout.input_fqns, layout.output_fqns)
-        return report
+        except fresh.FreshProcessError:
+            raise  # a stage process died (a crash, out of memory): not the model's pruning
+        except GraphcheckError as err:
+            if not default:
+                raise
+            reason = f"the default stage builder {name} cannot build them: {err}"
+            return ctx, StageProof(False, name, default=True, reason=reason)
+        ctx = dataclasses.replace(ctx, stages=stages, mismatches=mismatches)
+        return ctx, StageProof(True, name, default=default)
 
     def map(self, doc_length: int = DOC_LENGTH) -> Report:
         """Judge every boundary 0..L as the only cut; see :func:`cut_map`."""
@@ -335,6 +401,8 @@ class Explorer:
         virtual: int = 1,
         cost: str = "flops",
         doc_length: int = DOC_LENGTH,
+        stage_builder: str | StageBuilder | None = None,
+        require_stage_programs: bool = False,
     ) -> PlanReport:
         """The legal plan of ``stages`` stages (``stages·virtual`` chunks) whose most
         expensive stage is least, and its proof; see :func:`plan`."""
@@ -345,7 +413,12 @@ class Explorer:
         first, layers, last = model_costs.values(cost)
         legal = cut_map.legal_cuts()
         found = balance(layers, chunks, legal, first, last)
-        proof = self.verify(list(found.cuts)) if found is not None else None
+        proof = None
+        if found is not None:
+            proof = self.verify(
+                list(found.cuts), stage_builder=stage_builder,
+                require_stage_programs=require_stage_programs,
+            )  # fmt: skip
         return PlanReport(
             self.session.name, self.num_layers, stages, virtual, cost, model_costs, found,
             balance(layers, chunks, None, first, last), legal,

@@ -172,12 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='module FQNs per stage, torchtitan style: [["model.embed_tokens", '
         '"model.layers.0"], ["model.layers.1", "model.norm", "lm_head"]]',
     )
-    verify.add_argument(
-        "--stage-builder",
-        metavar="NAME|FILE.py:FN",
-        help="also prove each stage's own program: keep-index, moduledict, rebuild, "
-        "hf-slice, hf-rebuild or FILE.py:FN",
-    )
+    _stage_options(verify)
     _layout_options(verify)
     _batch_options(verify)
     _model_explorer_option(verify)
@@ -198,6 +193,24 @@ def build_parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="print the rule table, or one rule's whole doc")
     rules.add_argument("code", nargs="?", metavar="CODE", help="a rule code, e.g. GC203")
     return parser
+
+
+def _stage_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "stage programs (each stage built as a rank builds it, compared with the uncut program)"
+    )
+    group.add_argument(
+        "--stage-builder",
+        metavar="NAME|FILE.py:FN",
+        help="the builder of the stages: keep-index, moduledict, rebuild, hf-slice, "
+        "hf-rebuild or FILE.py:FN (default: hf-slice for hf: models, keep-index for the "
+        "rest, not proven when their stages do not export); none: no stage programs",
+    )
+    group.add_argument(
+        "--require-stage-programs",
+        action="store_true",
+        help="fail (exit 1) when the stage programs are not proven",
+    )
 
 
 def _html_option(parser: argparse.ArgumentParser) -> None:
@@ -279,6 +292,7 @@ def _plan_parser(sub) -> None:
     )
     _doc_length(plan)
     _html_option(plan)
+    _stage_options(plan)
     _layout_options(plan)
     _batch_options(plan)
     _cache_options(plan)
@@ -388,7 +402,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         fqns = args.fqns_per_stage
         result = api.verify(
             args.model, cuts, args.stages, stage_builder=args.stage_builder,
-            pipeline_layout=args.layout,
+            require_stage_programs=args.require_stage_programs, pipeline_layout=args.layout,
             fqns_per_stage=parse_fqns_per_stage(fqns) if fqns is not None else None,
             **options,
         )  # fmt: skip
@@ -397,7 +411,8 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     elif args.command == "plan":
         result = api.plan(
             args.model, args.stages, virtual=args.virtual, cost=args.cost,
-            doc_length=args.doc_length, **options,
+            doc_length=args.doc_length, stage_builder=args.stage_builder,
+            require_stage_programs=args.require_stage_programs, **options,
         )  # fmt: skip
     else:
         result = api.cut_map(args.model, doc_length=args.doc_length, **options)
@@ -420,7 +435,10 @@ def _overlay(args: argparse.Namespace, options: dict) -> tuple[str, int]:
             parse_cuts(args.cuts) if args.cuts is not None else None, args.stages, args.layout,
             parse_fqns_per_stage(fqns) if fqns is not None else None,
         )  # fmt: skip
-        result = explorer.verify(cuts, args.stages, stage_builder=args.stage_builder)
+        result = explorer.verify(
+            cuts, args.stages, stage_builder=args.stage_builder,
+            require_stage_programs=args.require_stage_programs,
+        )  # fmt: skip
         ctx = explorer.context(explorer.plan(cuts, args.stages))
     else:
         result = explorer.map(args.doc_length)
@@ -438,8 +456,9 @@ def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     explorer = api.Explorer(args.model, **options)
     if args.command == "plan":
         result = explorer.balanced(
-            args.stages, virtual=args.virtual, cost=args.cost, doc_length=args.doc_length
-        )
+            args.stages, virtual=args.virtual, cost=args.cost, doc_length=args.doc_length,
+            stage_builder=args.stage_builder, require_stage_programs=args.require_stage_programs,
+        )  # fmt: skip
         stages, virtual, metric = args.stages, args.virtual, args.cost
     else:
         result = explorer.map(args.doc_length)
@@ -594,11 +613,20 @@ def _check_model(args: argparse.Namespace) -> None:
 
 
 def _check_builder(args: argparse.Namespace) -> None:
-    """``--stage-builder``: a builtin name, or a function its file or module holds."""
-    if getattr(args, "stage_builder", None) is not None:
+    """``--stage-builder``: a builtin name, or a function its file or module holds
+    (``none`` but for ``gate``, which runs the stages)."""
+    builder = getattr(args, "stage_builder", None)
+    if builder == "none":  # graphcheck.stages.builders.NONE, said without importing torch
+        if args.command == "gate":
+            raise UsageError(
+                "gate runs every stage: --stage-builder none builds none; drop it (the "
+                "default builds them) or name a builder"
+            )
+        return
+    if builder is not None:
         from graphcheck.stages.builders import check_builder
 
-        check_builder(args.stage_builder)
+        check_builder(builder)
 
 
 def _check_writable(flag: str, path: str) -> None:

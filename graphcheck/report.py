@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from graphcheck._version import __version__
 from graphcheck.analysis.plan import Stage
 from graphcheck.diagnostics import Diagnostic, group
+from graphcheck.rules import MISMATCH_CODES
 from graphcheck.rules.suppress import Ignored, UnusedIgnore
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "CutReport",
     "PlanReport",
     "Report",
+    "StageProof",
     "formats",
     "ignored_summary",
     "render",
@@ -63,6 +65,53 @@ class CutReport:
         }
 
 
+@dataclass(frozen=True)
+class StageProof:
+    """Whether each stage's own program (built by a stage builder, the way a rank builds
+    it) was proven to run its slice of the uncut program, and by which builder; when not,
+    why (``reason``) and what would prove them (``hint``, the verdict line's words).
+    ``required`` (``--require-stage-programs``) makes an unproven one fail the verdict.
+
+    >>> StageProof(True, "keep-index", default=True).summary(2, 0)
+    '2 stage programs, 0 differences'
+    >>> StageProof(False, reason="turned off").summary(0, 0)
+    'stage programs not proven: pass --stage-builder'
+    >>> StageProof(False, reason="turned off", required=True).summary(0, 0)
+    'stage programs not proven, required: pass --stage-builder'
+    """
+
+    proven: bool
+    builder: str | None = None  # the builder's name (a callable's qualified name)
+    default: bool = False  # graphcheck chose the builder: the user gave none
+    reason: str | None = None  # why they are not proven
+    hint: str = "pass --stage-builder"  # what proves them
+    required: bool = False
+
+    @property
+    def fails(self) -> bool:
+        """An unproven stage program that the user requires: the verdict fails."""
+        return self.required and not self.proven
+
+    def summary(self, count: int, differences: int) -> str:
+        """The verdict line's words on the stage programs (``count`` of them built,
+        ``differences`` their mismatch findings)."""
+        if self.proven:
+            plural = "" if differences == 1 else "s"
+            return f"{count} stage programs, {differences} difference{plural}"
+        required = ", required" if self.required else ""
+        return f"stage programs not proven{required}: {self.hint}"
+
+    def as_dict(self, stages: list[dict]) -> dict:
+        return {
+            "proven": self.proven,
+            "builder": self.builder,
+            "default": self.default,
+            "required": self.required,
+            "reason": self.reason,
+            "stages": stages,
+        }
+
+
 @dataclass
 class Report:
     model: str
@@ -75,7 +124,8 @@ class Report:
     seconds: float = 0.0
     nodes: int = 0
     costs: dict | None = None  # map: the cost model (graphcheck.analysis.cost)
-    stage_programs: list[dict] = field(default_factory=list)  # with a stage builder
+    stage_programs: list[dict] = field(default_factory=list)  # each stage program built
+    stage_proof: StageProof | None = None  # verify: whether the stage programs were proven
     tokens: dict | None = None  # for which T the proof holds (Exported.tokens)
     program_mode: str = "train"  # the program proven: model.train() or model.eval()
     ignored: list[Ignored] = field(default_factory=list)  # --select/--ignore, comments
@@ -122,11 +172,30 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        return "fail" if self.errors else "pass"
+        """``fail`` on an error, or on stage programs required and not proven."""
+        required = self.stage_proof is not None and self.stage_proof.fails
+        return "fail" if self.errors or required else "pass"
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.errors else 0
+        return 1 if self.verdict == "fail" else 0
+
+    def summary(self) -> str:
+        """What the verdict line says in brackets: ``1/1 cuts proven; 2 stage programs,
+        0 differences; 3 ignored``."""
+        proven = sum(c.verdict == "pass" for c in self.cuts)
+        stages = self.stage_summary()
+        parts = [f"{proven}/{len(self.cuts)} cuts proven", *([stages] if stages else [])]
+        if self.ignored:
+            parts.append(f"{len(self.ignored)} ignored")
+        return "; ".join(parts)
+
+    def stage_summary(self) -> str | None:
+        """The verdict line's words on the stage programs (``None`` for ``map``)."""
+        if self.stage_proof is None:
+            return None
+        differ = sum(d.code in MISMATCH_CODES for d in self.errors)
+        return self.stage_proof.summary(len(self.stage_programs), differ)
 
     @property
     def codes(self) -> set[str]:
@@ -162,7 +231,7 @@ class Report:
             "stages": [s.as_dict() for s in self.stages],
             "cuts": [c.as_dict() for c in self.cuts],
             "diagnostics": [d.as_dict() for d in self.diagnostics],
-            "stage_programs": self.stage_programs,
+            "stage_programs": self._stage_programs_dict(),
             "export_seconds": round(self.export_seconds, 3),
             "seconds": round(self.seconds, 3),
             "nodes": self.nodes,
@@ -173,6 +242,13 @@ class Report:
             "ignored": [i.as_dict() for i in self.ignored],
             "unused_ignores": [u.as_dict() for u in self.unused_ignores],
         }
+
+    def _stage_programs_dict(self) -> dict | None:
+        """``stage_programs`` in JSON: proven or not, by which builder, why not, and each
+        stage program built; ``None`` for ``map`` (no plan)."""
+        if self.stage_proof is None:
+            return None
+        return self.stage_proof.as_dict(self.stage_programs)
 
     def ignored_summary(self) -> str | None:
         """``3 findings ignored (GC501 ×2 by --ignore, GC205 ×1 by # graphcheck: ignore at

@@ -70,14 +70,33 @@ FAST = (
 )
 
 
+# the commands that prove stage programs by default
+STAGED = ("verify", "plan")
+
+
 @pytest.fixture
 def cli(capsys):
     """The command line run in this process: ``cli("verify", MODEL, ...)`` returns
-    ``(exit status, stdout, stderr)``."""
+    ``(exit status, stdout, stderr)``. The tests using it are about the other rules:
+    ``verify`` and ``plan`` get ``--stage-builder none`` unless they name a builder (the
+    default has its own tests: tests/test_stage_default.py, with ``cli_default``)."""
+    return _runner(capsys, opt_out=True)
+
+
+@pytest.fixture
+def cli_default(capsys):
+    """The command line as a user runs it: stage programs proven by default."""
+    return _runner(capsys, opt_out=False)
+
+
+def _runner(capsys, opt_out: bool):
     from graphcheck.cli import main
 
     def run(*argv: str) -> tuple[int, str, str]:
-        code = main([str(a) for a in argv])
+        args = [str(a) for a in argv]
+        if opt_out and args and args[0] in STAGED and "--stage-builder" not in args:
+            args += ["--stage-builder", "none"]
+        code = main(args)
         out, err = capsys.readouterr()
         return code, out, err
 

@@ -3,6 +3,11 @@
 Exports are cached per (fixture, model options): one :class:`Explorer` per fixture
 serves every map and every plan read from it, in every test module; reports are
 cached per (fixture, plan, options).
+
+The tests that use the harness are about the other rules: their explorers prove no
+stage program unless a test names a stage builder (:data:`NO_STAGES`, the
+``--stage-builder none`` a user writes). The default, stage programs proven with the
+builder graphcheck finds, has its own tests (``tests/test_stage_default.py``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,23 @@ def spec(name: str) -> str:
     return f"{FIXTURES / module}.py:{factory}"
 
 
+NO_STAGES = "none"  # stage_builder: prove no stage program
+
+
+class RuleExplorer(Explorer):
+    """An :class:`Explorer` whose :meth:`verify` proves no stage program unless it is
+    given a stage builder."""
+
+    def verify(self, cuts=None, stages=None, *, stage_builder=None, **options) -> Report:
+        # None too: the gate passes its own (None, its default) to the explorer it is given
+        builder = NO_STAGES if stage_builder is None else stage_builder
+        return super().verify(cuts, stages, stage_builder=builder, **options)
+
+
 @cache
 def explorer(name: str, **options) -> Explorer:
     """The fixture, exported once (on first use) with these model options."""
-    return Explorer(spec(name), **options)
+    return RuleExplorer(spec(name), **options)
 
 
 @cache
@@ -38,7 +56,7 @@ def cut_map(name: str, **options) -> Report:
 
 
 @cache
-def verify(name: str, cuts: tuple[int, ...], stage_builder: str | None = None, **options) -> Report:
+def verify(name: str, cuts: tuple[int, ...], stage_builder: str = NO_STAGES, **options) -> Report:
     return explorer(name, **options).verify(list(cuts), stage_builder=stage_builder)
 
 

@@ -1,7 +1,8 @@
 """Shared exports of ``hf:`` models: each (spec, options) is built and exported once
 per test session, however many tests read its map, its verify or its graph.
 
-Options left at their defaults and options not given share one export.
+Options left at their defaults and options not given share one export. Their
+``verify`` proves no stage program unless given a builder (:class:`harness.RuleExplorer`).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from functools import cache
 
 import torch
+from harness import RuleExplorer
 
-from graphcheck.api import Explorer
 from graphcheck.report import Report
 
 # the ten transformers families of the coverage matrix
@@ -29,7 +30,7 @@ FAMILIES = (
 _DEFAULTS = {"settings": (), "stand_ins": True, "kernels": None, "allow_fp32": ()}
 
 
-def explorer(spec: str, **options) -> Explorer:
+def explorer(spec: str, **options) -> RuleExplorer:
     """``options``: ``settings`` (tuple of pairs), ``stand_ins``, ``kernels``, ``allow_fp32``."""
     return _explorer(spec, _key(options))
 
@@ -43,9 +44,9 @@ def _key(options: dict) -> tuple:
 
 
 @cache
-def _explorer(spec: str, key: tuple) -> Explorer:
+def _explorer(spec: str, key: tuple) -> RuleExplorer:
     options = {**_DEFAULTS, **dict(key)}
-    return Explorer(
+    return RuleExplorer(
         spec,
         settings=dict(options["settings"]),
         stand_ins=options["stand_ins"],

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import RuleExplorer as Explorer  # no stage programs: the rules of GC4
 
-from graphcheck.api import Explorer
 from graphcheck.errors import GraphcheckError
 from graphcheck.gate import Gate
 from graphcheck.gate.batch import PackedBatch

@@ -222,7 +222,7 @@ def test_no_cache_never_reads_or_writes(cli, exports, model, tmp_path, monkeypat
     no other entry is written."""
     spec, _ = model
     folder = tmp_path / "env"
-    argv = ("verify", spec, "--cuts", "1")
+    argv = ("verify", spec, "--cuts", "1", "--stage-builder", "none")  # as cli() runs it
     planted = ResultCache.of(
         vars(build_parser().parse_args(argv)), cache_dir=str(folder), environ={}
     )
@@ -347,6 +347,7 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path, capsys):
 def test_a_hit_imports_neither_torch_nor_the_api(cli, exports, model, tmp_path):
     """The warm whole process: the command line, the key, the hashes, the stored report."""
     argv = ["verify", model[0], "--cuts", "1", "--cache-dir", str(tmp_path / "c")]
+    argv += ["--stage-builder", "none"]  # what cli() adds: the warm process runs the same
     cold = cli(*argv)
     warm = fresh_process(argv)
     assert (warm.returncode, warm.stdout) == cold[:2]

@@ -36,13 +36,17 @@ def tiny():
 def skip():  # GC201: the embedding output crosses every cut
     return _lm(SkipDecoder, Config(num_hidden_layers=2))
 """
-TINY = '[[checks]]\nname = "tiny"\nmodel = "tiny.py:tiny"\ncuts = [1]\n'
-SKIP = '[[checks]]\nname = "skip"\nmodel = "tiny.py:skip"\ncuts = [1]\n'
-OTHER = '[[checks]]\nname = "other"\nmodel = "tiny.py:tiny"\nstages = 2\n'
+OFF = 'stage_builder = "none"\nrequire_stage_programs = false\n'  # the cache, not stages
+TINY = '[[checks]]\nname = "tiny"\nmodel = "tiny.py:tiny"\ncuts = [1]\n' + OFF
+SKIP = '[[checks]]\nname = "skip"\nmodel = "tiny.py:skip"\ncuts = [1]\n' + OFF
+OTHER = '[[checks]]\nname = "other"\nmodel = "tiny.py:tiny"\nstages = 2\n' + OFF
+UNPROVEN = "stage programs not proven: --stage-builder none"
 WINDOW = ("window_every=2)", "window_every=2, sliding_window=8)")  # layer 1's window
 PLAN = PlanResult("fail", 1, 0, 1, ("GC201",), ("GC201",), "text", "md", "{}", "{}")
-PASSED = PlanResult("pass", 0, 1, 1, (), (), "text", "md", "{}", "{}")
-PASSED_LINES = "  cuts 1: PASS (1/1 cuts proven)\nverdict: PASS · 1 check · 1/1 plans proven\n"
+PASSED = PlanResult("pass", 0, 1, 1, (), (), "text", "md", "{}", "{}", "", UNPROVEN)
+PASSED_LINES = (
+    f"  cuts 1: PASS (1/1 cuts proven; {UNPROVEN})\nverdict: PASS · 1 check · 1/1 plans proven\n"
+)
 
 
 @pytest.fixture
@@ -147,7 +151,7 @@ def test_editing_one_checks_table_re_runs_that_check_alone(project, exports, cli
     assert [p[0] for p in models["other"]["plans"]] == ["cuts 1", "stages 2"]
     code, out, err = cli("check", *cache)  # the lock's entries serve a check without it
     assert (code, len(exports), _notes(err)) == (0, 3, ["tiny", "other"])
-    assert "  cuts 1: PASS (1/1 cuts proven)\n  stages 2: PASS" in out
+    assert f"  cuts 1: PASS (1/1 cuts proven; {UNPROVEN})\n  stages 2: PASS" in out
 
 
 def test_the_key_holds_a_checks_own_table_not_the_configuration_or_its_name(project):

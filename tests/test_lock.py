@@ -23,6 +23,7 @@ FIXTURE = ROOT / "fixtures/lockable.py"
 SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 CONFIG = """\
 [tool.graphcheck]
+require_stage_programs = false  # lockable is not pipeline-aware: no stage builder can be had
 [[tool.graphcheck.checks]]
 name = "lockable"
 model = "lockable.py:lockable"

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from harness import RuleExplorer as Explorer  # no stage programs: suppressions
 
-from graphcheck.api import Explorer
 from graphcheck.project.check import run_project
 from graphcheck.project.output import render_check
 from graphcheck.report import render
@@ -150,18 +150,24 @@ def test_check_labels_a_configuration_ignore_by_the_configuration(models, tmp_pa
         textwrap.dedent(f"""\
         [tool.graphcheck]
         ignore = ["GC205", "GC5"]
+        require_stage_programs = false
 
         [[tool.graphcheck.checks]]
         name = "leaky"
         model = "{models}:leaky_tied"
         cuts = [1]
+        stage_builder = "none"
         """)
     )
     result = run_project(config)
     assert result.exit_code == 0
     text = render_check(result, "text")
     assert "GC205 ×1 by [tool.graphcheck] ignore" in text and "by --ignore" not in text
-    assert re.search(r"cuts 1: PASS \(1/1 cuts proven\)\n +4 findings ignored \(", text)
+    assert re.search(
+        r"cuts 1: PASS \(1/1 cuts proven; stage programs not proven: "
+        r"--stage-builder none\)\n +4 findings ignored \(",
+        text,
+    )
     found = _suppressions(_valid(render_check(result, "sarif")))
     assert ("GC205", "external", "[tool.graphcheck] ignore GC205") in found
     assert ("GC501", "external", "[tool.graphcheck] ignore GC5") in found

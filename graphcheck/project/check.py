@@ -121,7 +121,10 @@ def _prove(explorer, plan: Plan, check: Check):
             f"check {check.name!r} gives no plan and the model declares no "
             "pipeline_layer_ranges: add cuts, stages or layout to it in the configuration"
         )
-    return explorer.verify(cuts, args["stages"], stage_builder=check.stage_builder)
+    return explorer.verify(
+        cuts, args["stages"], stage_builder=check.stage_builder,
+        require_stage_programs=check.require_stage_programs,
+    )  # fmt: skip
 
 
 def run_check(check: Check, folder: Path, with_state: bool) -> CheckRun:
@@ -160,6 +163,7 @@ def cache_options(check: Check, folder: Path) -> dict:
         "model": check.model,
         **check.options,
         "stage_builder": check.stage_builder,
+        "require_stage_programs": check.require_stage_programs,
         "plans": [plan.name for plan in check.plans],
         "select": list(check.select),
         "ignore": list(check.ignore),

@@ -8,6 +8,7 @@ file's folder, and ``graphcheck.lock`` lives next to it::
 
     [tool.graphcheck]
     ignore = ["GC501"]                         # rule codes (or prefixes: "GC5")
+    require_stage_programs = true              # the default: unproven stage programs fail
 
     [[tool.graphcheck.checks]]
     name = "llama"                             # optional: the model spec by default
@@ -27,7 +28,10 @@ A check's keys are the command line's options, spelled as the Python API spells 
 ``boundary_state``, ``layers``, ``inputs``, ``outputs``, ``docs``, ``tokens``,
 ``token_multiple``, ``strict``; the plans are ``cuts``, ``stages`` and ``layout`` (each one
 plan or a list of them; none: the ``pipeline_layer_ranges`` the model declares). ``select``
-and ``ignore`` list rule codes, at the top level and per check. Every key and value is
+and ``ignore`` list rule codes, at the top level and per check. ``require_stage_programs``
+(top level or per check, the check's own winning; default true, unlike ``verify``) fails a
+plan whose stage programs are not proven (no stage builder could be had for the model, or
+``stage_builder = "none"``). Every key and value is
 checked before any model is built: an unknown key is a :class:`UsageError` naming the
 nearest known one.
 
@@ -64,13 +68,16 @@ __all__ = [
 ]
 
 LOCK_NAME = "graphcheck.lock"
-TOP_KEYS = ("checks", "ignore", "select")
+TOP_KEYS = ("checks", "ignore", "require_stage_programs", "select")
 MODEL_KEYS = (
     "allow_fp32", "boundary_state", "docs", "dtype", "inputs", "kernels", "layers", "mode",
     "outputs", "set", "stand_ins", "strict", "token_multiple", "tokens",
 )  # fmt: skip
 PLAN_KEYS = ("cuts", "layout", "stages")
-CHECK_KEYS = ("ignore", "model", "name", "select", "stage_builder", *MODEL_KEYS, *PLAN_KEYS)
+CHECK_KEYS = (
+    "ignore", "model", "name", "require_stage_programs", "select", "stage_builder",
+    *MODEL_KEYS, *PLAN_KEYS,
+)  # fmt: skip
 _API_NAMES = {"set": "settings", "mode": "program_mode"}  # config key -> API keyword
 
 
@@ -120,6 +127,7 @@ class Check:
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     selectors_from: str | None = None  # "[tool.graphcheck]" or the file's name: the report says it
+    require_stage_programs: bool = True  # a plan whose stage programs are not proven fails
 
     def matches(self, pattern: str) -> bool:
         """``-k PATTERN``: a substring of, or a glob matching, the name or the model spec."""
@@ -200,11 +208,12 @@ def load_config(path: str | Path | None = None) -> Config:
     _known(data, TOP_KEYS, where)
     select = _codes(data.get("select", []), f"{where}: select")
     ignore = _codes(data.get("ignore", []), f"{where}: ignore")
+    require = _flag(data, "require_stage_programs", True, where)
     tables = data.get("checks")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise UsageError(f"{where}: give the models to check as [[checks]] tables, one per model")
     checks = tuple(
-        _check(t, file.parent, f"{where}: checks[{i}]", (select, ignore, origin))
+        _check(t, file.parent, f"{where}: checks[{i}]", (select, ignore, origin), require)
         for i, t in enumerate(tables)
     )
     names = [c.name for c in checks]
@@ -220,9 +229,15 @@ def _known(table: dict, known, where: str) -> None:
             raise UsageError(f"{where}: unknown key {key!r}{nearest(key, known)}")
 
 
-def _check(table: dict, folder: Path, where: str, selectors: tuple) -> Check:
+def _flag(table: dict, key: str, default: bool, where: str) -> bool:
+    """The boolean ``table[key]``, ``default`` when absent."""
+    return _typed(table, key, bool, where) if key in table else default
+
+
+def _check(table: dict, folder: Path, where: str, selectors: tuple, require: bool) -> Check:
     """The check of ``table``; ``selectors``: the top level's select, ignore and their
-    origin (the check's own lists are added to them)."""
+    origin (the check's own lists are added to them); ``require``: the top level's
+    ``require_stage_programs`` (the check's own wins)."""
     select, ignore, origin = selectors
     _known(table, CHECK_KEYS, where)
     if "model" not in table:
@@ -241,6 +256,7 @@ def _check(table: dict, folder: Path, where: str, selectors: tuple) -> Check:
     return Check(
         name, model, options, builder, _plans(table, where),
         select + own_select, ignore + own_ignore, origin,
+        _flag(table, "require_stage_programs", require, where),
     )  # fmt: skip
 
 
@@ -281,7 +297,10 @@ def _model(spec: str, folder: Path, where: str) -> str:
 
 
 def _builder(text: str, folder: Path, where: str) -> str:
-    """A builtin stage builder's name or ``file.py:FN`` (its path resolved), checked now."""
+    """A builtin stage builder's name or ``file.py:FN`` (its path resolved), checked now;
+    ``none`` (no stage programs) without importing the builders (torch)."""
+    if text == "none":
+        return text
     from graphcheck.stages.builders import check_builder
 
     target, sep, fn = text.rpartition(":")

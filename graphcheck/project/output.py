@@ -82,10 +82,10 @@ def _summary(result: CheckResult) -> str:
 
 def _plan_line(plan: str, report: PlanResult) -> str:
     """A plan in one line (a proven one, or any under ``lock``): ``cuts 3: PASS (1/1 cuts
-    proven)``, and what it ignored on the next; a failing plan under ``check`` gets its
-    whole text report instead."""
+    proven; 2 stage programs, 0 differences)``, and what it ignored on the next; a failing
+    plan under ``check`` gets its whole text report instead."""
     codes = ", ".join(report.errors)
-    line = f"  {plan}: {report.verdict.upper()} ({report.proven}/{report.cuts} cuts proven)"
+    line = f"  {plan}: {report.verdict.upper()} ({report.summary})"
     ignored = f"      {report.ignored}\n" if report.ignored else ""
     return line + (f" {codes}\n" if codes else "\n") + ignored
 

@@ -15,7 +15,9 @@ composes every format from these alone, so a check served from the cache
 JSON the cache stores; :func:`record_of` raises :class:`ValueError` on anything
 malformed (the cache then runs the check afresh). Nothing here imports torch.
 
->>> plan = PlanResult("pass", 0, 1, 1, (), (), "t", "m", "{}", "{}")
+>>> plan = PlanResult("pass", 0, 1, 1, (), (), "t", "m", "{}", "{}", "", "2 stage programs")
+>>> plan.summary
+'1/1 cuts proven; 2 stage programs'
 >>> record_of(record_plain({"cuts 1": plan}, None), ["cuts 1"]) == ({"cuts 1": plan}, None)
 True
 >>> record_of(record_plain({"cuts 1": plan}, None), ["cuts 2"])
@@ -49,6 +51,12 @@ class PlanResult:
     sarif: str
     json: str
     ignored: str = ""  # the line saying what was ignored and by what ("": nothing)
+    stages: str = ""  # the verdict line's words on the stage programs: proven, or why not
+
+    @property
+    def summary(self) -> str:
+        """``1/1 cuts proven; 2 stage programs, 0 differences``: the verify verdict's words."""
+        return "; ".join(p for p in (f"{self.proven}/{self.cuts} cuts proven", self.stages) if p)
 
     @classmethod
     def of(cls, report) -> PlanResult:
@@ -64,6 +72,7 @@ class PlanResult:
             tuple(sorted(report.codes)),
             *(render(report, fmt) for fmt in ("text", "markdown", "sarif", "json")),
             report.ignored_summary() or "",
+            report.stage_summary() or "",
         )
 
     def as_plain(self) -> dict:
@@ -84,7 +93,8 @@ class PlanResult:
         verdict = data["verdict"]
         if not isinstance(verdict, str) or _VERDICTS.get(verdict) != data["exit_code"]:
             raise ValueError("a plan's verdict is malformed")
-        if not _strings([data[k] for k in ("text", "markdown", "sarif", "json", "ignored")]):
+        texts = ("text", "markdown", "sarif", "json", "ignored", "stages")
+        if not _strings([data[k] for k in texts]):
             raise ValueError("a plan's rendered reports are malformed")
         return cls(**{**data, "errors": tuple(data["errors"]), "codes": tuple(data["codes"])})
 

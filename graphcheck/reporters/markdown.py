@@ -60,10 +60,12 @@ def _code(text: str) -> str:
 def _heading(report: Report) -> str:
     mark = "✅" if report.verdict == "pass" else "❌"
     proven = sum(c.verdict == "pass" for c in report.cuts)
+    stages = report.stage_summary()  # verify: the verdict line's words on them
+    stages = f" · {stages}" if stages else ""
     return (
         f"### {mark} graphcheck {report.mode}: {report.verdict.upper()}\n\n"
         f"{_code(report.model)} · {report.program_mode} mode · {report.num_layers} layers · "
-        f"{proven}/{len(report.cuts)} cuts proven · graphcheck {__version__}"
+        f"{proven}/{len(report.cuts)} cuts proven{stages} · graphcheck {__version__}"
     )
 
 

@@ -111,7 +111,25 @@ def _run(report: Report) -> dict:
         "columnKind": "unicodeCodePoints",
         "results": [_result(d, index, fallback) for d in report.diagnostics]
         + [_suppressed(i, index, fallback) for i in report.ignored],
-        "properties": {"model": report.model, "mode": report.mode, "verdict": report.verdict},
+        "properties": {
+            "model": report.model,
+            "mode": report.mode,
+            "verdict": report.verdict,
+            **({"stagePrograms": _stage_programs(report)} if report.stage_proof else {}),
+        },
+    }
+
+
+def _stage_programs(report: Report) -> dict:
+    """Whether the stage programs were proven (a required unproven one fails the verdict
+    with no result of its own: the run's ``verdict`` says it)."""
+    proof = report.stage_proof
+    return {
+        "proven": proof.proven,
+        "builder": proof.builder,
+        "required": proof.required,
+        "reason": proof.reason,
+        "summary": report.stage_summary(),
     }
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from graphcheck._version import __version__
 from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import Group, group, spans
-from graphcheck.rules import MISMATCH_CODES
 
 if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
@@ -133,29 +132,33 @@ def _carries(state: dict | None) -> str:
     return f" · carries {what} {state['dtype']} [{', '.join(state['shape'])}]"
 
 
+def _stage_programs_line(report: Report) -> list[str]:
+    """``stage programs: 2 built by keep-index (the default), exported in 0.9 s, ...``, or
+    why they were not proven."""
+    proof = report.stage_proof
+    if proof is None:
+        return []
+    if not proof.proven:
+        return [f"  stage programs: not proven ({proof.reason})"]
+    programs = report.stage_programs
+    seconds = sum(p["export_seconds"] for p in programs)
+    by = f" by {proof.builder}{' (the default)' if proof.default else ''}" if proof.builder else ""
+    return [
+        f"  stage programs: {len(programs)} built{by}, exported in {seconds:.1f} s, "
+        f"{sum(p['nodes'] for p in programs)} nodes, compared layer by layer"
+    ]
+
+
 def render_text(report: Report) -> str:
     lines = _header(report)
     lines += [_stage_line(s) for s in report.stages]
-    if report.stage_programs:
-        seconds = sum(p["export_seconds"] for p in report.stage_programs)
-        lines += [
-            f"  stage programs: {len(report.stage_programs)} exported in {seconds:.1f} s, "
-            f"{sum(p['nodes'] for p in report.stage_programs)} nodes, compared layer by layer"
-        ]
+    lines += _stage_programs_line(report)
     for cut in report.cuts:
         codes = f" ({', '.join(sorted(set(cut.codes)))})" if cut.codes else ""
         lines += ["", f"cut {cut.position}: {cut.verdict.upper()}{codes}{_carries(cut.state)}"]
         lines += _crossing_rows(cut.crossing)
     lines += _diagnostics(report)
-    proven = sum(c.verdict == "pass" for c in report.cuts)
-    summary = f"{proven}/{len(report.cuts)} cuts proven"
-    if report.stage_programs:
-        differ = sum(d.code in MISMATCH_CODES for d in report.errors)
-        plural = "" if differ == 1 else "s"
-        summary += f"; {len(report.stage_programs)} stage programs, {differ} difference{plural}"
-    if report.ignored:
-        summary += f"; {len(report.ignored)} ignored"
-    lines += ["", f"verdict: {report.verdict.upper()} ({summary})"]
+    lines += ["", f"verdict: {report.verdict.upper()} ({report.summary()})"]
     ignored = _ignored_lines(report)
     lines += ["", *ignored] if ignored else []
     return "\n".join(lines) + "\n"

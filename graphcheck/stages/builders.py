@@ -24,7 +24,13 @@ For transformers causal LMs, which are not pipeline-aware
 * ``hf-rebuild`` - a fresh model with the stage's layer count, as inference
   engines build stages.
 
-Anything else is ``path/to/file.py:function`` or ``package.module:function``.
+Anything else is ``path/to/file.py:function`` or ``package.module:function``;
+``none`` (:data:`NONE`) proves no stage program. With no builder named, graphcheck
+proves them with :func:`default_builder`'s: ``hf-slice`` for ``hf:`` models,
+``keep-index`` for the rest (a model that declares ``get_pp_module_config()`` says how
+a stage prunes it: its layers and edge modules; keep-index is that pruning, with the
+global indices kept). A model whose stages do not export once pruned is not
+pipeline-aware: no builder can be had for it without the user.
 Every builder runs through :func:`call_builder`; :func:`check_builder` resolves a
 name before anything is built or exported, so a typo is one line, not a wasted export.
 
@@ -51,10 +57,13 @@ from graphcheck.stages.hf_builders import hf_rebuild, hf_slice
 
 __all__ = [
     "BUILTINS",
+    "NONE",
     "PIPELINE_AWARE",
     "StageBuilder",
+    "builder_name",
     "call_builder",
     "check_builder",
+    "default_builder",
     "prune_edges",
     "resolve_builder",
 ]
@@ -133,10 +142,34 @@ BUILTINS = {
 }
 # The builtins that need a pipeline-aware model (a stage sets what it does not own to None).
 PIPELINE_AWARE = frozenset({"keep-index", "moduledict", "rebuild"})
+NONE = "none"  # --stage-builder none: prove no stage program
+
+
+def default_builder(hf_spec: bool) -> str:
+    """The builder stage programs are proven with when the user names none: ``hf-slice``
+    for an ``hf:`` model (transformers decoders are not pipeline-aware), else
+    ``keep-index`` (the pruning ``get_pp_module_config()`` describes: layers and edge
+    modules a stage does not own set to ``None``, global indices kept).
+
+    >>> default_builder(True), default_builder(False)
+    ('hf-slice', 'keep-index')
+    """
+    return "hf-slice" if hf_spec else "keep-index"
+
+
+def builder_name(builder: str | StageBuilder) -> str:
+    """How a report names ``builder``: its name, or a callable's qualified name."""
+    if isinstance(builder, str):
+        return builder
+    return getattr(builder, "__qualname__", None) or type(builder).__name__
 
 
 def resolve_builder(name: str, layout: Layout) -> StageBuilder:
     """A builtin name or ``file.py:function``, as ``build(model, index, layers, num_stages)``."""
+    if name == NONE:
+        raise UsageError(
+            "--stage-builder none builds no stage: give a builtin name or file.py:function"
+        )
     if name in BUILTINS:
         builtin = BUILTINS[name]
         return lambda model, index, layers, num: builtin(model, layout, index, layers, num)
@@ -150,13 +183,13 @@ def check_builder(builder: object) -> None:
     builtin name, ``file.py:function`` or ``package.module:function`` whose module imports
     and holds a callable of that name, or a callable.
 
-    >>> check_builder("keep-index"), check_builder(None)
-    (None, None)
+    >>> check_builder("keep-index"), check_builder(None), check_builder("none")
+    (None, None, None)
     >>> check_builder("keep_index")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     graphcheck.errors.UsageError: unknown stage builder 'keep_index' (did you mean keep-index?): ...
     """
-    if builder is None or callable(builder) or builder in BUILTINS:
+    if builder is None or callable(builder) or builder in BUILTINS or builder == NONE:
         return
     if not isinstance(builder, str):
         raise UsageError(
@@ -172,10 +205,13 @@ def check_builder(builder: object) -> None:
 
 
 def _unknown(name: str) -> UsageError:
-    close = difflib.get_close_matches(name, list(BUILTINS), n=1)
+    close = difflib.get_close_matches(name, [*BUILTINS, NONE], n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     known = ", ".join(BUILTINS)
-    return UsageError(f"unknown stage builder {name!r}{hint}: use {known} or file.py:function")
+    return UsageError(
+        f"unknown stage builder {name!r}{hint}: use {known}, file.py:function or "
+        f"{NONE} (no stage programs)"
+    )
 
 
 def call_builder(

@@ -4,12 +4,19 @@ A model given by its spec and a builder given by name are built as ranks build
 them: each stage in a fresh process (:func:`graphcheck.stages.build.build_stage_fresh`).
 Otherwise the stages are built in this process, after the uncut model
 (``isolated`` is false).
+
+A fresh-process stage is a pure function of its :class:`StageRequest` and the model
+code it imports, so within one process each is built once: a request seen before is
+answered from memory while every file the model code was read from hashes as it did
+(:func:`graphcheck.cache.key.dependencies`): the same stage of another plan, or of
+the same plan proven again (``plan`` then ``verify``, a notebook's explorer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +24,8 @@ import torch.fx
 
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program
-from graphcheck.errors import ExportError
+from graphcheck.cache.key import dependencies, digest, file_digest, unchanged
+from graphcheck.errors import ExportError, GraphcheckError, reworded
 from graphcheck.kernels import patched
 from graphcheck.model.session import Session, portable
 from graphcheck.stages.build import StageProgram, StageRequest, build_stage, build_stage_fresh
@@ -26,7 +34,7 @@ from graphcheck.stages.compare import Mismatch, compare_stage
 from graphcheck.stages.fingerprint import glue_labels
 from graphcheck.stages.fresh import run_fresh_many
 
-__all__ = ["stage_programs"]
+__all__ = ["stage_or_error", "stage_programs"]
 
 
 def stage_programs(
@@ -83,7 +91,54 @@ def _fresh_stages(
         )
         for index, layers in enumerate(spans)
     ]
-    return run_fresh_many(build_stage_fresh, [(r,) for r in requests], progress=progress)
+    return _built_once(session.spec, requests, progress)
+
+
+# request digest -> (the files the model code was read from and their hashes, the stage
+# or the error building it raised)
+_BUILT: dict[str, tuple[dict[str, str | None], StageProgram | GraphcheckError]] = {}
+
+
+def _built_once(spec: str, requests: list[StageRequest], progress=None) -> list[StageProgram]:
+    """Each request's stage (or error) from memory if built before on the same model
+    code, the others built side by side in fresh processes (one per core) and
+    remembered; the first error, in stage order, is raised."""
+    keys = [digest(pickle.dumps(request)) for request in requests]
+    known = {k: _BUILT[k][1] for k in keys if k in _BUILT and unchanged(_BUILT[k][0]) is None}
+    missing = [(k, r) for k, r in zip(keys, requests, strict=True) if k not in known]
+    done = len(requests) - len(missing)
+    ticks = None if progress is None else (lambda n: progress(done + n))
+    built = run_fresh_many(stage_or_error, [(r,) for _, r in missing], progress=ticks)
+    files = _model_files(spec) if missing else {}
+    for (key, _), outcome in zip(missing, built, strict=True):
+        _BUILT[key] = (files, outcome)
+        known[key] = outcome
+    if progress is not None and not missing:
+        progress(len(requests))
+    outcomes = [known[k] for k in keys]
+    for outcome in outcomes:
+        if isinstance(outcome, GraphcheckError):
+            raise reworded(outcome, str(outcome)) from None  # a new one: it may be raised again
+    return outcomes
+
+
+def stage_or_error(request: StageRequest) -> StageProgram | GraphcheckError:
+    """:func:`build_stage_fresh` (run in a fresh process), its error returned rather than
+    raised: every stage of a plan is built, and each outcome remembered."""
+    try:
+        return build_stage_fresh(request)
+    except GraphcheckError as err:
+        return err
+
+
+def _model_files(spec: str) -> dict[str, str | None]:
+    """The files the model code of ``spec`` was read from in this process, hashed: its
+    own file and every module imported outside the libraries and graphcheck."""
+    files = dependencies(spec)
+    target = spec.rpartition(":")[0]
+    if target.endswith(".py"):
+        files[str(Path(target).resolve())] = file_digest(target)
+    return files
 
 
 def _local_stages(session: Session, builder, name: str | None, spans, widths, progress=None):
