@@ -20,6 +20,7 @@ fixture at every cut, as ``benchmarks/gate_agreement.py`` does for the README.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from functools import cache
@@ -513,3 +514,25 @@ def test_parse_docs_rejects_empty_documents():
     assert parse_docs("7, 3") == (7, 3)
     with pytest.raises(UsageError):
         PackedBatch.random((4, 0), 10)
+
+
+def test_the_uncut_run_is_shared_by_every_plan_of_one_gate(monkeypatch):
+    """The uncut model's process (checkpoint, outputs, isolation) does not depend on the
+    plan: a second plan of the same gate and batch starts no second uncut process, and
+    another batch does."""
+    run = importlib.import_module("graphcheck.gate.run")
+    calls = []
+    real = run.in_fresh_process
+
+    def counting(fn, *args):
+        calls.append(fn.__name__)
+        return real(fn, *args)
+
+    monkeypatch.setattr(run, "in_fresh_process", counting)
+    g = Gate(spec("reference:reference"))
+    first, second = (g.run([k], docs=(6, 4)) for k in (2, 6))
+    assert calls.count("run_uncut") == 1
+    assert first.isolation.holds and second.isolation.holds
+    assert first.bytes.holds and second.bytes.holds
+    g.run([2], docs=(5, 5))
+    assert calls.count("run_uncut") == 2

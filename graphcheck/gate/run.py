@@ -215,6 +215,7 @@ class Gate:
         self._factory = real_factory(model, self.explorer.session)
         self._given = model if given else None
         self._model: nn.Module | None = None
+        self._uncut_runs: dict[tuple, dict] = {}  # (docs, tokens, train) -> run_uncut's result
         self._workdir = tempfile.TemporaryDirectory(prefix="graphcheck-gate-")
 
     @property
@@ -335,7 +336,7 @@ class Gate:
         """Default mode: the uncut model and every stage each in a fresh process."""
         recipe = self._recipe(builder)
         with clock("uncut"):
-            uncut = in_fresh_process(run_uncut, recipe, batch, self._workdir.name, train)
+            uncut = self._uncut(recipe, batch, train)
         if "isolation" not in uncut:  # the model itself raised on real weights
             raise GateError(f"the uncut model {uncut.get('raised', 'did not run')}")
         isolation = uncut["isolation"]
@@ -349,6 +350,16 @@ class Gate:
             with clock("train"):
                 outcome.train = chain.train_check(first, uncut)
         return outcome
+
+    def _uncut(self, recipe: Recipe, batch: PackedBatch, train: bool) -> dict:
+        """The uncut model's fresh-process run (:func:`run_uncut`), once per batch and
+        ``train``: it does not depend on the plan or the stage builder, so every plan
+        gated on this model reuses it (checkpoint, outputs, the exact isolation tests)."""
+        key = (batch.docs, tuple(batch.input_ids.flatten().tolist()), train)
+        if key not in self._uncut_runs:
+            run = in_fresh_process(run_uncut, recipe, batch, self._workdir.name, train)
+            self._uncut_runs[key] = run
+        return self._uncut_runs[key]
 
     def _recipe(self, builder) -> Recipe:
         """What a fresh process needs to build the model and its stages."""
