@@ -220,25 +220,45 @@ def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], i
     return rows, disagreements
 
 
+def cut_plans(num_layers: int, sample: bool) -> list[list[int]]:
+    """Every boundary 0..L as the only cut; with ``sample`` the interior cuts 1, L/2, L-1.
+
+    >>> cut_plans(8, True), cut_plans(1, True), len(cut_plans(8, False))
+    ([[1], [4], [7]], [[1]], 9)
+    """
+    if not sample:
+        return [[k] for k in range(num_layers + 1)]
+    cuts = sorted({min(k, num_layers) for k in (1, num_layers // 2, num_layers - 1) if k > 0})
+    return [[k] for k in cuts or [num_layers]]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hf", action="store_true", help="also the tiny transformers families")
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="only the interior cuts 1, L/2 and L-1 of each fixture (not every boundary)",
+    )
+    parser.add_argument("--shard", default="0/1", help="K/N: every N-th fixture from the K-th")
     parser.add_argument("names", nargs="*")
     args = parser.parse_args()
     names = [n for name in args.names for n in expand(name)]
     names = names or fixtures() + ([f"hf:{f}" for f in FAMILIES] if args.hf else [])
+    shard, shards = (int(k) for k in args.shard.split("/"))
+    names = names[shard::shards]
     start = time.perf_counter()
     print("| fixture | cuts | static | staged vs uncut | isolation |")
     print("|---|---|---|---|---|")
     bad = 0
     for name in names:
         gate = Gate(spec(name))
-        plans = [[k] for k in range(gate.explorer.num_layers + 1)]
+        plans = cut_plans(gate.explorer.num_layers, args.sample)
         rows, disagreements = rows_for(gate, plans, {}, name.split(":")[-1])
         print("\n".join(rows), flush=True)
         bad += disagreements
     if not args.names:
-        for name, plans, options in EXTRA:
+        for name, plans, options in EXTRA[shard::shards]:
             label = name.split(":")[-1] + ", " + ", ".join(f"{k} {v}" for k, v in options.items())
             rows, disagreements = rows_for(Gate(spec(name)), plans, options, label)
             print("\n".join(rows), flush=True)
