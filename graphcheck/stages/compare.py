@@ -18,6 +18,7 @@ graphcheck could not compute is one too (it fails closed, never compares equal).
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
@@ -293,11 +294,17 @@ def _external_difference(up: Part, sp: Part, u: _Uncut, index, layer, what, kind
         return Mismatch(kind, index, layer, f"{what}: same ops, wired differently")
     snode, unode = slabels[extra[0]], ulabels[gone[0]] if gone else None
     if extra[0].startswith("side:"):
-        side = extra[0][5:] in u.all
+        side = _side_key(extra[0][5:]) in u.all
         kind = MismatchKind.SIDE_CHOICE if side else MismatchKind.SIDE_PRELUDE
     read = _describe(snode)
     instead = f" where the uncut program reads {_describe(unode)}" if unode else ""
     return Mismatch(kind, index, layer, f"{what} reads {read}{instead}", snode, unode)
+
+
+def _side_key(text: str) -> str:
+    """The provenance hash of a side input's label text (a size is labelled by its
+    expression, hashed as :class:`Provenance` hashes it)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:16] if text.startswith("size:") else text
 
 
 def _describe(node: NodeRecord) -> str:
