@@ -150,13 +150,11 @@ def test_check_labels_a_configuration_ignore_by_the_configuration(models, tmp_pa
         textwrap.dedent(f"""\
         [tool.graphcheck]
         ignore = ["GC205", "GC5"]
-        require_stage_programs = false
 
         [[tool.graphcheck.checks]]
         name = "leaky"
         model = "{models}:leaky_tied"
         cuts = [1]
-        stage_builder = "none"
         """)
     )
     result = run_project(config)
@@ -164,8 +162,8 @@ def test_check_labels_a_configuration_ignore_by_the_configuration(models, tmp_pa
     text = render_check(result, "text")
     assert "GC205 ×1 by [tool.graphcheck] ignore" in text and "by --ignore" not in text
     assert re.search(
-        r"cuts 1: PASS \(1/1 cuts proven; stage programs not proven: "
-        r"--stage-builder none\)\n +4 findings ignored \(",
+        r"cuts 1: PASS \(1/1 cuts proven; 2 stage programs, 0 differences\)\n"
+        r" +4 findings ignored \(",
         text,
     )
     found = _suppressions(_valid(render_check(result, "sarif")))

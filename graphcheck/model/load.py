@@ -14,6 +14,7 @@ model's own dtype instead (:mod:`graphcheck.model.dtype`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import importlib.util
 import sys
@@ -31,6 +32,7 @@ from graphcheck.model.spec import parse_spec, require_file
 from graphcheck.model.values import shadow_values
 
 __all__ = [
+    "copy_fake",
     "ProgramMode",
     "as_program_mode",
     "build_fake",
@@ -96,6 +98,23 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 def fake_mode() -> FakeTensorMode:
     """The fake-tensor mode a model is built and exported in."""
     return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def copy_fake(module: nn.Module) -> nn.Module:
+    """A deep copy of a fake-built ``module`` (run it under the fake mode).
+
+    A tensor a factory makes from Python numbers under the fake mode
+    (``torch.tensor(embed_scale)``, Gemma's scaled embedding) is a fake tensor that keeps
+    the real CPU tensor it was made from as its ``constant``; a plain ``deepcopy`` copies
+    that real tensor inside the fake mode, whose meta storage cannot take a CPU one
+    (``Attempted to set the storage of a tensor on device "meta"``). The constants are
+    shared instead: nothing writes to them."""
+    memo: dict[int, object] = {}
+    for tensor in (*module.parameters(), *module.buffers()):
+        constant = getattr(tensor, "constant", None)
+        if isinstance(constant, torch.Tensor):
+            memo[id(constant)] = constant
+    return copy.deepcopy(module, memo)
 
 
 def build_fake(

@@ -52,7 +52,7 @@ from torch import nn
 
 from graphcheck.errors import GraphcheckError, ModelLoadError, UsageError, one_line
 from graphcheck.model.layout import Layout
-from graphcheck.model.load import resolve_factory
+from graphcheck.model.load import copy_fake, resolve_factory
 from graphcheck.stages.hf_builders import hf_rebuild, hf_slice
 
 __all__ = [
@@ -88,7 +88,7 @@ def prune_edges(stage: nn.Module, layout: Layout, index: int, num_stages: int) -
 
 
 def keep_index(model, layout: Layout, index: int, layers: list[int], num_stages: int):
-    stage = copy.deepcopy(model)
+    stage = copy_fake(model)
     container = stage.get_submodule(layout.layer_prefix)
     keep = set(layers)
     for key, layer in list(layout.layer_keys.items()):
@@ -101,7 +101,7 @@ def keep_index(model, layout: Layout, index: int, layers: list[int], num_stages:
 
 
 def moduledict(model, layout: Layout, index: int, layers: list[int], num_stages: int):
-    stage = copy.deepcopy(model)
+    stage = copy_fake(model)
     container = stage.get_submodule(layout.layer_prefix)
     by_index = {
         g: container[int(k)] if isinstance(container, nn.ModuleList) else container[k]

@@ -18,8 +18,9 @@ graphcheck could not compute is one too (it fails closed, never compares equal).
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import torch.fx
@@ -32,7 +33,7 @@ from graphcheck.model.values import LIMIT, TensorValue, max_abs_diff
 from graphcheck.stages.build import StageProgram
 from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
 
-__all__ = ["Mismatch", "MismatchKind", "compare_stage", "same_part"]
+__all__ = ["Mismatch", "MismatchKind", "compare_stage", "same_part", "tied_names", "untied"]
 
 
 class MismatchKind(StrEnum):
@@ -83,9 +84,10 @@ class _Uncut:
         self.program = program
         self.provenance = Provenance(program)
         self._all: set[str] | None = None
+        self.tied = tied_names(program.aliases)
 
     def part(self, region: Region) -> Part:
-        return part_of(self.program, region, self.provenance)
+        return untied(part_of(self.program, region, self.provenance), self.tied)
 
     @property
     def all(self) -> set[str]:
@@ -93,6 +95,32 @@ class _Uncut:
             nodes = self.program.graph.nodes
             self._all = {self.provenance(n) for n in nodes if n not in self.program.interval}
         return self._all
+
+
+def tied_names(aliases: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """Each name of a tied tensor mapped to one name of its group (the first in order).
+
+    >>> tied_names({"lm_head.weight": ("embed.weight",), "embed.weight": ("lm_head.weight",)})
+    {'lm_head.weight': 'embed.weight', 'embed.weight': 'embed.weight'}
+    """
+    return {fqn: min((fqn, *others)) for fqn, others in aliases.items() if others}
+
+
+def untied(part: Part, tied: dict[str, str]) -> Part:
+    """``part`` with the parameters it reads named by their tied group (:func:`tied_names`):
+    export names a tied weight once, by one of its names (the uncut program reads the
+    embedding as ``lm_head.weight``), and a stage that holds one of the modules reads it
+    under the other; the tensor is the same (GC205 reports sharing it across a cut)."""
+    if not tied:
+        return part
+    for key, rec in part.externals.items():
+        kind, _, rest = rec.label.partition(":")
+        fqn, sep, tail = rest.partition(":")
+        if kind == "param" and fqn in tied and tied[fqn] != fqn:
+            label = f"param:{tied[fqn]}{sep}{tail}"
+            part.externals[key] = replace(rec, label=label)
+            part.graph.nodes[key]["label"] = label
+    return part
 
 
 def compare_stage(
@@ -114,11 +142,14 @@ def compare_stage(
         if g not in present:
             found += _extra_layer(stage, g, sp)
             continue
-        found += _compare(u.part(Region(RegionKind.LAYER, g)), sp, u, stage.index, g)
+        found += _compare(
+            u.part(Region(RegionKind.LAYER, g)), untied(sp, u.tied), u, stage.index, g
+        )
     if stage.index == 0:
-        found += _compare(u.part(INPUT), stage.parts[INPUT], u, stage.index, None)
+        found += _compare(u.part(INPUT), untied(stage.parts[INPUT], u.tied), u, stage.index, None)
     if last:
-        found += _compare(u.part(OUTPUT), stage.parts[OUTPUT], u, stage.index, None)
+        sp = untied(stage.parts[OUTPUT], u.tied)
+        found += _compare(u.part(OUTPUT), sp, u, stage.index, None)
     else:
         found += _boundary(stage, hidden)
     if glue is not None:
@@ -293,11 +324,17 @@ def _external_difference(up: Part, sp: Part, u: _Uncut, index, layer, what, kind
         return Mismatch(kind, index, layer, f"{what}: same ops, wired differently")
     snode, unode = slabels[extra[0]], ulabels[gone[0]] if gone else None
     if extra[0].startswith("side:"):
-        side = extra[0][5:] in u.all
+        side = _side_key(extra[0][5:]) in u.all
         kind = MismatchKind.SIDE_CHOICE if side else MismatchKind.SIDE_PRELUDE
     read = _describe(snode)
     instead = f" where the uncut program reads {_describe(unode)}" if unode else ""
     return Mismatch(kind, index, layer, f"{what} reads {read}{instead}", snode, unode)
+
+
+def _side_key(text: str) -> str:
+    """The provenance hash of a side input's label text (a size is labelled by its
+    expression, hashed as :class:`Provenance` hashes it)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:16] if text.startswith("size:") else text
 
 
 def _describe(node: NodeRecord) -> str:

@@ -40,7 +40,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 import torch
@@ -61,6 +61,7 @@ __all__ = [
     "Provenance",
     "by_value",
     "canonical",
+    "canonical_symbols",
     "external_label",
     "glue_labels",
     "is_identity_view",
@@ -68,6 +69,7 @@ __all__ = [
     "op_label",
     "part_of",
     "record",
+    "subgraph_text",
     "value_label",
     "within",
 ]
@@ -164,6 +166,8 @@ class Provenance:
         program = self.program
         if isinstance(node.meta.get("val"), _SYMBOLIC):
             text = f"size:{value_label(program, node)}"  # sizes compare by expression
+        elif node.op == "get_attr":
+            text = f"get_attr:{_attribute_text(program, node)}"
         elif node.op == "placeholder":
             owned = program.owner.get(node)
             source = self.fqn(owned) if owned else self._input_name(node)
@@ -181,6 +185,67 @@ class Provenance:
 
 
 _LIFTED = re.compile(r"lifted_tensor_\d+$")  # export numbers the constants it lifts
+
+
+def _attribute_text(program: Program, node: torch.fx.Node) -> str:
+    """A ``get_attr`` node by what it holds: a subgraph (a HOP body, flex attention's
+    ``sdpa_score0``) by its content (:func:`subgraph_text`), never by the name export
+    numbered it with; anything else by its type and, for a tensor, its value."""
+    held = getattr(program.exported.program.graph_module, str(node.target), None)
+    if isinstance(held, torch.fx.GraphModule):
+        return subgraph_text(held.graph, program.readable)
+    if isinstance(held, torch.Tensor):
+        return f"tensor:{tensor_value(held).sha}"
+    return f"{type(held).__name__}:{_LIFTED.sub('lifted_tensor', str(node.target))}"
+
+
+def subgraph_text(graph: torch.fx.Graph, readable=str) -> str:
+    """The content of a subgraph as canonical text: its nodes in order, each by its op,
+    its arguments (other nodes by position, ``%3``), its result's dtype and shape;
+    nested subgraphs by their content, recursively. Generated names (``sdpa_mask0``,
+    ``submod_2``, ``mul_3``) are left out, so two programs that number their subgraphs
+    differently hold equal texts for equal bodies.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x_7"); _ = g.output(g.call_function(
+    ...     torch.add, (x, 2)))
+    >>> subgraph_text(g)
+    'placeholder() -> None; add(%0, 2) -> None; output(%1) -> None'
+    """
+    owner = graph.owning_module
+    index = {n: i for i, n in enumerate(graph.nodes)}
+
+    def arg(value) -> str:
+        if isinstance(value, torch.fx.Node):
+            return f"%{index[value]}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(arg(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k}: {arg(v)}" for k, v in value.items()) + "}"
+        return canonical(value, readable)
+
+    lines = []
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            held = getattr(owner, str(node.target), None) if owner is not None else None
+            what = (
+                subgraph_text(held.graph, readable)
+                if isinstance(held, torch.fx.GraphModule)
+                else type(held).__name__
+            )
+            lines.append(f"get_attr({{{what}}})")
+            continue
+        target = op_name(node.target) if node.op.startswith("call_function") else node.op
+        args = ", ".join(
+            [arg(a) for a in node.args] + [f"{k}={arg(v)}" for k, v in node.kwargs.items()]
+        )
+        val = node.meta.get("val")
+        result = (
+            f"{val.dtype}{[readable(d) for d in val.shape]}"
+            if isinstance(val, torch.Tensor)
+            else canonical(val, readable)
+        )
+        lines.append(f"{target}({args}) -> {result}")
+    return "; ".join(lines)
 
 
 def by_value(program: Program, spec, node: torch.fx.Node) -> TensorValue | None:
@@ -303,6 +368,50 @@ def part_of(program: Program, region: Region, provenance: Provenance) -> Part:
         for pos, arg in enumerate(flat):
             if isinstance(arg, torch.fx.Node):
                 _add_edge(program, part, _through(arg), node, pos, provenance)
+    return canonical_symbols(part)
+
+
+# symbols torch names by kind and counter: backed sizes ``s3``, unbacked ints ``u4``,
+# unbacked floats; the input symbols are named already (``T``, ``N``) by Program.readable
+_SYMBOL = re.compile(r"(?<![\w.])(?:s|u|zuf|zf)\d+(?![\w.])")
+
+
+# a runtime assertion names the FX node it checks (``on node 'ge_4'``), numbered per program
+_ASSERT_NODE = re.compile(r" on node '[^']*'")
+
+
+def canonical_symbols(part: Part) -> Part:
+    """``part`` with the symbols other than the named input ones renamed ``sym0``,
+    ``sym1``, ... by their first occurrence in its labels, in program order (and the
+    node names runtime assertions quote left out).
+
+    Export numbers unbacked sizes per program (``u4`` in the uncut program is ``u0``
+    in a stage's); the renaming is one bijection over the whole part, so structure is
+    kept: ``u0`` against ``2*u0``, or one symbol twice against two symbols, still
+    differ.
+
+    >>> g = nx.DiGraph(); g.add_node("a", label="f() -> int64[u4, 2*u4]")
+    >>> g.add_node("b", label="g() -> int64[u5]")
+    >>> [d["label"] for _, d in canonical_symbols(Part(GLUE, g)).graph.nodes(data=True)]
+    ['f() -> int64[sym0, 2*sym0]', 'g() -> int64[sym1]']
+    """
+    names: dict[str, str] = {}
+
+    def rename(text: str) -> str:
+        def one(match: re.Match) -> str:
+            return names.setdefault(match.group(0), f"sym{len(names)}")
+
+        return _SYMBOL.sub(one, _ASSERT_NODE.sub("", text))
+
+    for _, data in part.graph.nodes(data=True):
+        data["label"] = rename(data["label"])
+
+    def fix(rec: NodeRecord) -> NodeRecord:
+        args = tuple((k, rename(v)) for k, v in rec.args)
+        return replace(rec, label=rename(rec.label), value=rename(rec.value), args=args)
+
+    part.ops = [fix(r) for r in part.ops]
+    part.externals = {k: fix(r) for k, r in part.externals.items()}
     return part
 
 
@@ -392,4 +501,6 @@ def external_label(program: Program, node, provenance: Provenance, layer: int | 
         return f"{kind}:{provenance.fqn(fqn, layer)}:{value_label(program, node)}"
     if program.role.get(node) == Role.ACTIVATION:
         return f"activation:{value_label(program, node)}"
+    if is_size(node):  # a size by its expression, which canonical_symbols renames
+        return f"side:size:{value_label(program, node)}"
     return f"side:{provenance(node)}"
