@@ -163,3 +163,10 @@ def test_gemma3_text_proves_its_stage_programs_with_hf_slice():
     assert report.stage_proof.builder == "hf-slice"
     assert_proven_equal(report)
     assert {d.code for d in report.diagnostics} == {"GC302"}  # the renumbered container
+
+
+@pytest.mark.parametrize("cut", [4, 6])
+def test_a_pruned_model_with_none_slots_proves_its_stage_programs(cut):
+    """``none_layers`` holds ``None`` in slots 5-7: the stage owning them has only the
+    layers the uncut model has, and those are matched to their global index."""
+    assert_proven_equal(run("violations:none_layers", cut))

@@ -185,7 +185,8 @@ def build_stage(
     ``batch`` in the uncut model's ``program_mode`` (a builder that constructs new
     modules gets them in train mode), analyse it and summarise it."""
     module = _call_builder(builder, model, mode, index, layers, num_stages, name)
-    stage_lay, rename = stage_layout(module, layout, layers, model)
+    own = _present(module, layout, layers, model)
+    stage_lay, rename = stage_layout(module, layout, own, model)
     kind = "input_ids" if index == 0 else "hidden"
     try:
         exported = export_model(
@@ -196,13 +197,26 @@ def build_stage(
     except GraphcheckError as err:
         raise reworded(err, f"stage {index}: {err}") from None
     container = module.get_submodule(stage_lay.layer_prefix)
-    keys, renumbered = _mapping(container, stage_lay.layer_prefix, layers)
+    keys, renumbered = _mapping(container, stage_lay.layer_prefix, own)
     stage = StageProgram(
         index, list(layers), keys, renumbered, _layer_ids(container, keys), exported.seconds,
         len(program.graph.nodes),
     )  # fmt: skip
     _summarise(stage, program, rename)
     return stage
+
+
+def _present(module: nn.Module, layout: Layout, layers: list[int], model) -> list[int]:
+    """The stage's layers the uncut model has (a pruned model holds ``None`` in some
+    slots, and so does its stage); all of them when that maps none of the stage's
+    container (a builder that constructs the missing layers)."""
+    known = set(layout.layer_keys.values())
+    present = [g for g in layers if g in known]
+    if present == list(layers):
+        return present
+    prefix = stage_layout(module, layout, present, model)[0].layer_prefix
+    keys, _ = _mapping(module.get_submodule(prefix), prefix, present)
+    return present if keys else list(layers)
 
 
 def _call_builder(builder, model, mode, index, layers, num_stages, name) -> nn.Module:
