@@ -91,7 +91,7 @@ DIFFERING = {
 }
 CASES = [(name, cut, None) for name, cuts in PASSING.items() for cut in cuts]
 CASES += [(name, cut, how) for name, (cuts, how) in DIFFERING.items() for cut in cuts]
-CASES += [("violations:collected_outputs", 1, None), ("violations:fp32_residual", 8, None)]
+CASES += [("violations:collected_outputs", 1, None)]
 if os.environ.get("GRAPHCHECK_GATE_ALL"):
     import reference
     import violations
@@ -536,3 +536,13 @@ def test_the_uncut_run_is_shared_by_every_plan_of_one_gate(monkeypatch):
     assert first.bytes.holds and second.bytes.holds
     g.run([2], docs=(5, 5))
     assert calls.count("run_uncut") == 2
+
+
+@pytest.mark.slow
+def test_fp32_residual_after_the_last_layer_is_a_conservative_gc303():
+    """Cut after the last layer: the last stage runs the model's loop prologue again on the
+    bf16 wire (a cast to fp32 and back, exact for bf16 values). Its program differs from the
+    uncut slice (GC303) while the bytes do not: the finding is conservative, never a PASS."""
+    report = gated("violations:fp32_residual", (8,), mode_of("violations:fp32_residual"))
+    assert report.static_codes == ["GC303"]
+    assert report.agrees and report.bytes.holds and report.isolation.holds
