@@ -90,9 +90,17 @@ def _warm_up() -> None:
         pass
 
 
+# The resource tracker (started with the fork server, from this interpreter's -W flags)
+# removes the semaphores of a process pool that Ctrl-C stopped, and warns that it did: the
+# clean-up is its job, the warning only noise after "graphcheck: interrupted".
+_QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
 def _fork_server():
     global _context
     if _context is None:
+        if _QUIET_TRACKER not in sys.warnoptions:
+            sys.warnoptions.append(_QUIET_TRACKER)
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(_PRELOAD)
     return _context
