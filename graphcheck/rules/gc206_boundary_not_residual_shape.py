@@ -52,7 +52,7 @@ from graphcheck.analysis.dataflow import copies_data
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.analysis.residual import ResidualEvidence, residual_evidence
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.model.boundary import ResidualLayout, WireShape, declaration
+from graphcheck.model.boundary import WireShape, declaration
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
 
@@ -81,7 +81,7 @@ def check(ctx) -> list[Diagnostic]:
         node = ctx.wire(cut).boundary
         if node is None:
             continue
-        problems = [_shape_problem(program, node, layout), _bitcast_problem(program, node)]
+        problems = [_shape_problem(program, node, evidence), _bitcast_problem(program, node)]
         problems = [p for p in problems if p]
         if problems:
             message = f"{node.name} crossing cut {cut.position} {'; it also '.join(problems)}"
@@ -95,24 +95,26 @@ def hidden_size(program) -> int | None:
     return residual_evidence(program).width
 
 
-def _shape_problem(program, node: torch.fx.Node, layout: ResidualLayout | None) -> str | None:
+def _shape_problem(program, node: torch.fx.Node, evidence: ResidualEvidence) -> str | None:
     shape, dtype = program.shape(node), program.dtype(node)
     if shape is None:
         return None
     state = program.layout.boundary_state
     if state is not None:
         return _state_problem(state, dtype, shape)
+    layout = evidence.layout
     if layout is None:
         return None  # the edges show both layouts: reported once, for the whole model
     if layout.matches(shape):
         return None
     wire = WireShape.of(shape)
     if wire is not None and len(wire.suffix) == 1 and wire.batched != layout.batched:
-        fix = (
-            f"the model's own edges lay the residual out as {layout.expected} (what its "
-            "input modules hand on, what its output modules read): keep that layout at "
-            "every cut"
+        side = (
+            "input modules hand the residual on"
+            if len(evidence.inputs) == 1
+            else "output modules read the residual"
         )
+        fix = f"the model's {side} as {layout.expected}: keep that layout at every cut"
     elif len(shape) != layout.rank:
         fix = "collapse extra streams inside the layer and hand over the residual itself"
     else:
