@@ -60,7 +60,6 @@ def test_flat_stage_programs_take_and_return_the_flat_wire(explorers):
     assert [c.state["shape"] for c in report.cuts] == [["T", "64"]] * 3
 
 
-@pytest.mark.slow
 def test_batched_stage_programs_prove_alike(explorers):
     report = explorers["batched"].verify([1, 2, 3])
     assert (report.verdict, report.diagnostics, report.stage_proof.proven) == ("pass", [], True)
@@ -115,7 +114,6 @@ def test_gate_hands_the_flat_wire_over_and_agrees(explorers, cli):
     assert "agrees with the static proof: PASS" in out
 
 
-@pytest.mark.slow
 def test_gate_runs_the_batched_twin_alike(cli):
     code, out, _ = cli("gate", BATCHED, "--cuts", "1,3")
     assert code == 0
@@ -123,7 +121,6 @@ def test_gate_runs_the_batched_twin_alike(cli):
     assert "staged vs uncut: EQUAL" in out and "document isolation: BITWISE" in out
 
 
-@pytest.mark.slow
 def test_gate_trains_the_flat_twin_alike(cli):
     code, out, _ = cli("gate", FLAT, "--cuts", "1,3", "--train", "--format", "json")
     report = json.loads(out)
