@@ -61,6 +61,7 @@ from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
 from graphcheck.kernels import patched
+from graphcheck.model.boundary import WireShape
 from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec
 from graphcheck.model.session import ModelArg, Session
@@ -339,7 +340,7 @@ class Explorer:
         the user's is an error (exit 2)."""
         name = builder_name(builder)
         try:
-            widths = [0, *(_hidden_size(ctx, cut) for cut in plan.cuts), 0]
+            widths = [None, *(_wire_at(ctx, cut) for cut in plan.cuts), None]
             with progress.phase(progress.Phase.STAGES, plan.num_stages) as tick:
                 stages, mismatches = stage_programs(
                     self.session, builder, ctx.program, plan, ctx.stage_of, widths, tick
@@ -448,16 +449,21 @@ def _stage_summary(stage) -> dict:
     }
 
 
-def _hidden_size(ctx: Context, position: int) -> int | tuple[int, ...]:
-    """Width of the residual crossing ``position`` in the uncut program (the trailing
-    dims after ``[1, T]`` of a declared boundary state)."""
+def _wire_at(ctx: Context, position: int) -> WireShape:
+    """The wire a stage starting at ``position`` takes: the shape of the residual (or of
+    the declared boundary state) crossing that cut in the uncut program, ``[1, T, H]``
+    or the flat ``[T, H]``."""
     cut = next(c for c in ctx.cuts if c.position == position)
-    wire = ctx.wire(cut)
-    node = wire.boundary or (cut.activations[0] if cut.activations else None)
-    val = node.meta.get("val") if node is not None else None
-    if val is None or val.dim() < 3 or not all(isinstance(d, int) for d in val.shape[2:]):
-        raise AnalysisError(f"cannot tell the width of the residual at cut {position}")
-    return val.shape[-1] if val.dim() == 3 else tuple(val.shape[2:])
+    node = ctx.wire(cut).boundary or (cut.activations[0] if cut.activations else None)
+    shape = ctx.program.shape(node) if node is not None else None
+    wire = WireShape.of(shape)
+    if wire is None:
+        what = f"{node.name} is [{', '.join(shape)}]" if shape else "no value crosses it"
+        raise AnalysisError(
+            f"cannot tell the shape of the residual at cut {position} ({what}, not [T, ...] "
+            "or [1, T, ...] of fixed trailing dims)"
+        )
+    return wire
 
 
 def _state(ctx: Context, cut) -> dict | None:

@@ -57,7 +57,7 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--boundary-state",
         metavar="JSON",
-        help="the state each cut carries when it is not the [1, T, H] residual: "
+        help="the state each cut carries when it is not the residual ([1, T, H] or [T, H]): "
         '\'{"rank": 4, "dtype": "bfloat16", "shape_suffix": [4, 64], "state": "NAME"}\'',
     )
     parser.add_argument("--strict", action="store_true", help="export with strict=True")

@@ -14,8 +14,16 @@ builds real values from document lengths. A new input is one row.
 >>> values["position_ids"].tolist(), values["max_length_q"]
 ([[0, 1, 0, 1, 2]], 3)
 
-``hidden`` is not a model input: it is the bf16 residual ``[1, T, H]`` a later
-pipeline stage takes in place of ``input_ids`` (:data:`HIDDEN`).
+``hidden`` is not a model input: it is the bf16 residual a later pipeline stage takes
+in place of ``input_ids`` (:data:`HIDDEN`), shaped as the model lays the residual out:
+``[1, T, H]``, or ``[T, H]`` for varlen code that drops the batch dim
+(:class:`graphcheck.model.boundary.WireShape`; its token dim is ``T``).
+
+>>> from graphcheck.model.boundary import WireShape
+>>> list(example_values((2, 3), ("hidden",), WireShape((8,), batched=False))["hidden"].shape)
+[5, 8]
+>>> hidden_dim(WireShape((8,), batched=False)), hidden_dim(8)
+(0, 1)
 
 The export traces one example batch (:class:`ExampleBatch`, chosen by
 :func:`example_batch` from ``--docs``, ``--tokens`` and ``--token-multiple``):
@@ -28,12 +36,17 @@ ExampleBatch(docs=(11, 12, 13), multiple=4)
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntFlag, StrEnum
+from typing import TYPE_CHECKING
 
 from graphcheck.errors import UsageError
+
+if TYPE_CHECKING:
+    from graphcheck.model.boundary import WireShape
 
 __all__ = [
     "BY_NAME",
@@ -46,7 +59,9 @@ __all__ = [
     "VarlenInput",
     "example_batch",
     "example_values",
+    "hidden_dim",
     "model_inputs",
+    "rows",
     "split_tokens",
     "stage_inputs",
 ]
@@ -112,11 +127,25 @@ INPUTS = (
     VarlenInput("max_length_q", None, None, "max_q", None, Taint.MAXLEN, Structure.MAX_LENGTH),
     VarlenInput("max_length_k", None, None, "max_k", None, Taint.MAXLEN, Structure.MAX_LENGTH),
 )
-# A later stage's incoming residual: an activation, so it carries parameter taint too.
+# A later stage's incoming residual: an activation, so it carries parameter taint too. Its
+# token dim is 1 of the batched [1, T, H]; hidden_dim gives it for a wire of another layout.
 HIDDEN = VarlenInput(
     "hidden", 1, "T", "T", "bfloat16", Taint.TOKENS | Taint.PARAM, Structure.TOKENS
 )
 BY_NAME = {row.name: row for row in (*INPUTS, HIDDEN)}
+
+
+@functools.cache
+def rows(hidden_dim: int = 1) -> dict[str, VarlenInput]:
+    """:data:`BY_NAME` with ``hidden``'s token dim at ``hidden_dim`` (0 for a flat wire
+    ``[T, H]``): the table of one export.
+
+    >>> rows(0)["hidden"].dim, rows()["hidden"].dim, rows(0)["input_ids"].dim
+    (0, 1, 1)
+    """
+    if hidden_dim == HIDDEN.dim:
+        return BY_NAME
+    return {**BY_NAME, HIDDEN.name: replace(HIDDEN, dim=hidden_dim)}
 
 
 def model_inputs() -> tuple[str, ...]:
@@ -134,11 +163,16 @@ def stage_inputs(first: str) -> tuple[str, ...]:
     return (first, *model_inputs()[1:])
 
 
+Hidden = "WireShape | int | tuple[int, ...]"
+
+
 def example_values(
-    docs: tuple[int, ...], names: tuple[str, ...], hidden_size: int | tuple[int, ...] = 0
+    docs: tuple[int, ...], names: tuple[str, ...], hidden_size: Hidden = 0
 ) -> dict[str, object]:
     """Values of the inputs ``names`` for documents of lengths ``docs`` (zeros for the
-    token inputs; under a fake mode they are fake).
+    token inputs; under a fake mode they are fake). ``hidden_size`` is the wire
+    ``hidden`` takes: a :class:`~graphcheck.model.boundary.WireShape`, or a width
+    (a suffix) of the batched ``[1, T, ...]``.
 
     >>> example_values((2, 1), ("cu_seq_lens_k",))["cu_seq_lens_k"].tolist()
     [0, 2, 3]
@@ -165,12 +199,22 @@ def _tokens(docs: tuple[int, ...], row: VarlenInput):
     return torch.zeros(1, sum(docs), dtype=getattr(torch, row.dtype))
 
 
-def _hidden(docs: tuple[int, ...], hidden_size: int | tuple[int, ...]):
-    """The wire ``[1, T, H]``, or ``[1, T, *suffix]`` for a declared boundary state."""
+def _wire(hidden_size: Hidden) -> WireShape:
+    from graphcheck.model.boundary import WireShape
+
+    return WireShape.coerce(hidden_size) or WireShape((0,))
+
+
+def hidden_dim(hidden_size: Hidden) -> int:
+    """The token dim of the wire ``hidden`` takes (1 of ``[1, T, ...]``, 0 of ``[T, ...]``)."""
+    return _wire(hidden_size).token_dim
+
+
+def _hidden(docs: tuple[int, ...], hidden_size: Hidden):
+    """The bf16 wire: ``[1, T, H]``, ``[T, H]``, or the shape of a declared boundary state."""
     import torch
 
-    suffix = hidden_size if isinstance(hidden_size, tuple) else (hidden_size,)
-    return torch.zeros(1, sum(docs), *suffix, dtype=torch.bfloat16)
+    return torch.zeros(_wire(hidden_size).sizes(sum(docs)), dtype=torch.bfloat16)
 
 
 _VALUES = {

@@ -63,7 +63,7 @@ def test_the_flag_declares_the_state(cli):
         ("rank=4", "--boundary-state 'rank=4' is not JSON"),
         ('{"rank": 4}', "--boundary-state must be a mapping with keys"),
         (FLAG.replace("[4, 64]", "[4, 0]"), "shape_suffix must be positive integers"),
-        (FLAG.replace('"rank": 4', '"rank": 3'), "rank 3 leaves no room for the [1, T] token"),
+        (FLAG.replace('"rank": 4', '"rank": 2'), "rank 2 leaves no room for the token dim"),
         (FLAG.replace("bfloat16", "bf16"), "dtype must name a torch dtype"),
     ],
 )

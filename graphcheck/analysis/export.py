@@ -53,8 +53,11 @@ from graphcheck.varlen import (
     BY_NAME,
     EXAMPLE_DOCS,
     ExampleBatch,
+    VarlenInput,
     example_values,
+    hidden_dim,
     model_inputs,
+    rows,
     stage_inputs,
 )
 
@@ -72,6 +75,12 @@ class Exported:
     guards: list[str] = field(default_factory=list)
     batch: ExampleBatch = field(default_factory=ExampleBatch)  # the example it traced
     program_mode: ProgramMode = ProgramMode.TRAIN  # model.train() or model.eval()
+    hidden_dim: int = 1  # the token dim of a stage's ``hidden`` input (0: a flat [T, H])
+
+    @property
+    def rows(self) -> dict[str, VarlenInput]:
+        """The varlen table of this export (``hidden``'s token dim where it was traced)."""
+        return rows(self.hidden_dim)
 
     def tokens(self) -> dict:
         """For which T the program holds, for reports: T a multiple of ``multiple_of``,
@@ -85,13 +94,14 @@ class Exported:
 
 
 def example_inputs(
-    names: tuple[str, ...], hidden_size: int = 0, docs: tuple[int, ...] = EXAMPLE_DOCS
+    names: tuple[str, ...], hidden_size=0, docs: tuple[int, ...] = EXAMPLE_DOCS
 ) -> dict[str, object]:
     """Example values (under the active fake mode) for the accepted varlen inputs, for
     documents of lengths ``docs``.
 
-    ``hidden`` is the bf16 residual ``[1, T, hidden_size]`` a later pipeline stage
-    takes in place of ``input_ids``."""
+    ``hidden`` is the bf16 residual a later pipeline stage takes in place of
+    ``input_ids``: ``hidden_size`` is its :class:`~graphcheck.model.boundary.WireShape`
+    (``[1, T, H]`` or the flat ``[T, H]``), or a width of the batched ``[1, T, H]``."""
     return example_values(docs, names, hidden_size)
 
 
@@ -102,12 +112,15 @@ def _dim(name: str, multiple: int):
     return Dim(name, min=2)
 
 
-def _dynamic_shapes(names: tuple[str, ...], auto: bool, multiple: int = 1) -> dict[str, object]:
-    """Every varlen dim symbolic (``T``, ``N1``, the max lengths), or automatic."""
+def _dynamic_shapes(
+    names: tuple[str, ...], auto: bool, multiple: int = 1, hidden: int = 1
+) -> dict[str, object]:
+    """Every varlen dim symbolic (``T``, ``N1``, the max lengths), or automatic;
+    ``hidden`` is the token dim of the ``hidden`` input's wire."""
     dims: dict[str, object] = {}
     spec: dict[str, object] = {}
     for name in names:
-        row = BY_NAME[name]
+        row = rows(hidden)[name]
         if row.dim_name is not None and not auto and row.dim_name not in dims:
             dims[row.dim_name] = _dim(row.dim_name, multiple)
         dim = Dim.AUTO if auto else dims.get(row.dim_name, Dim.DYNAMIC)
@@ -142,7 +155,7 @@ def export_model(
     strict: bool = False,
     *,
     stage_input: str | None = None,
-    hidden_size: int = 0,
+    hidden_size=0,
     batch: ExampleBatch | None = None,
     program_mode: ProgramMode | str | None = None,
 ) -> Exported:
@@ -152,7 +165,9 @@ def export_model(
 
     With ``stage_input`` (``"input_ids"`` or ``"hidden"``) the model is a pipeline
     stage module, called positionally as ``forward(x, position_ids, cu_seq_lens_q,
-    cu_seq_lens_k, max_length_q, max_length_k)``."""
+    cu_seq_lens_k, max_length_q, max_length_k)``; ``hidden_size`` is the wire ``x``
+    is on a later stage (a :class:`~graphcheck.model.boundary.WireShape`, or the width
+    of ``[1, T, H]``), its token dim symbolic like the other inputs' ``T``."""
     if stage_input is None:
         names, wrap = accepted_inputs(model)
     else:
@@ -165,10 +180,14 @@ def export_model(
     with _forward_over(model, names if wrap else None):
         arguments = dict(zip(inspect.signature(model.forward).parameters, names, strict=False))
         program, guards = _export_guarded(model, mode, names, strict, hidden_size, batch)
+    hidden = hidden_dim(hidden_size)
     if batch.multiple > 1:
-        guards += _derived_guards(program, arguments, batch.multiple)
+        guards += _derived_guards(program, arguments, batch.multiple, hidden)
     seconds = time.perf_counter() - start
-    exported = Exported(program, names, seconds, guards=guards, batch=batch, program_mode=traced)
+    exported = Exported(
+        program, names, seconds, guards=guards, batch=batch, program_mode=traced,
+        hidden_dim=hidden,
+    )  # fmt: skip
     exported.symbols = _symbol_names(exported)
     return exported
 
@@ -187,26 +206,29 @@ def _forward_over(model: nn.Module, names: tuple[str, ...] | None):
         del model.forward
 
 
-def _export_guarded(model, mode, names, strict: bool, hidden_size: int, batch: ExampleBatch):
+def _export_guarded(model, mode, names, strict: bool, hidden_size, batch: ExampleBatch):
     """The export with every dim symbolic; when that guards or specialises, the export
     with automatic dims and the guard it hit (GC403 reads it)."""
     guards: list[str] = []
+    hidden = hidden_dim(hidden_size)
     with mode, default_dtype(torch.float32), torch.no_grad():
         args = tuple(example_inputs(names, hidden_size, batch.docs).values())
         try:
-            return _export(model, args, names, strict, batch.multiple), guards
+            return _export(model, args, names, strict, batch.multiple, hidden), guards
         except _GuardedError as err:
             guards.append(_condense(err.__cause__))
-            return _export(model, args, names, strict, None), guards
+            return _export(model, args, names, strict, None, hidden), guards
 
 
-def _derived_guards(program: ExportedProgram, inputs: dict[str, str], multiple: int):
+def _derived_guards(
+    program: ExportedProgram, inputs: dict[str, str], multiple: int, hidden_dim: int = 1
+):
     """The first guard on T that export kept without raising (T exported as a multiple:
     see :mod:`graphcheck.analysis.token_multiple`), as a list."""
     kept = getattr(program, "_guards_code", None)
     if kept is None:
         return ["the export's guards on T cannot be read (no ExportedProgram._guards_code)"]
-    first = next(undeclared(kept, inputs, multiple), None)
+    first = next(undeclared(kept, inputs, multiple, hidden_dim), None)
     return [] if first is None else [f"{first} (beyond T a multiple of {multiple})"]
 
 
@@ -214,10 +236,13 @@ class _GuardedError(Exception):
     """Export specialised or guarded the symbolic dims; ``__cause__`` says how."""
 
 
-def _export(model, args, names, strict: bool, multiple: int | None) -> ExportedProgram:
-    """The export with T a multiple of ``multiple``, or with automatic dims (``None``)."""
+def _export(
+    model, args, names, strict: bool, multiple: int | None, hidden: int = 1
+) -> ExportedProgram:
+    """The export with T a multiple of ``multiple``, or with automatic dims (``None``);
+    ``hidden`` the token dim of the ``hidden`` input."""
     auto = multiple is None
-    shapes = _dynamic_shapes(names, auto, multiple or 1)
+    shapes = _dynamic_shapes(names, auto, multiple or 1, hidden)
     try:
         return torch.export.export(
             model, args, dynamic_shapes=tuple(shapes.values()), strict=strict

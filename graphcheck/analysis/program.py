@@ -133,7 +133,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
     taint = PropagateTaintPass(regions.region, user)
     taint.run(graph)
     tokens = _tokens(exported)
-    locality = PropagateLocalityPass(exported.program.graph_module, user, tokens)
+    locality = PropagateLocalityPass(exported.program.graph_module, user, tokens, exported.rows)
     locality.run(graph)
     mutations = LinkMutationsPass(regions.region, taint.role)
     mutations.run(graph)

@@ -6,6 +6,11 @@ consumed by layer ``k`` (the output modules for ``k = L``), possibly through
 glue on the right. Every other crossing activation is either a *twin* of the
 residual (the same value in another dtype: a dtype cast of it, or the value it
 was rounded from) or an *extra* activation.
+
+How the model lays out its residual stream - ``[1, T, H]`` or the flat ``[T, H]`` of
+varlen code, and its width ``H`` - is read from its edges, not from the cuts it is
+checked at (:func:`residual_evidence`): the values the input modules (or a stage's
+``hidden`` input) hand to the rest of the model, else those the output modules read.
 """
 
 from __future__ import annotations
@@ -21,8 +26,93 @@ from graphcheck.analysis.dataflow import CutAnalysis, copies_data
 from graphcheck.analysis.fx import is_cast_node, is_view_node
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
+from graphcheck.model.boundary import ResidualLayout, WireShape
 
-__all__ = ["Wire", "cast_root", "classify_wire", "view_base"]
+__all__ = [
+    "ResidualEvidence",
+    "Wire",
+    "cast_root",
+    "classify_wire",
+    "residual_evidence",
+    "residual_layout",
+    "view_base",
+]
+
+
+@dataclass(frozen=True)
+class ResidualEvidence:
+    """What the model's edges show of its residual stream: ``widths`` (the last dims of
+    the values the input modules, or a stage's ``hidden`` input, hand to the rest of the
+    model and of those the output modules read) and the layouts of those values on each
+    side (``True``: ``[1, T, ...]``, ``False``: ``[T, ...]``).
+
+    >>> ResidualEvidence(frozenset({64}), frozenset({False}), frozenset({True})).layout
+    ResidualLayout(batched=False, width=64)
+    >>> ResidualEvidence(frozenset({64}), frozenset({False, True}), frozenset()).layout is None
+    True
+    """
+
+    widths: frozenset[int]
+    inputs: frozenset[bool]
+    outputs: frozenset[bool]
+
+    @property
+    def width(self) -> int | None:
+        return next(iter(self.widths)) if len(self.widths) == 1 else None
+
+    @property
+    def layout(self) -> ResidualLayout | None:
+        """The residual's layout: the one the input side shows, else the output side's
+        (input modules may hand on parts that broadcast), ``[1, T, H]`` when neither
+        shows one; ``None`` when the edges show both and neither side settles it."""
+        for side in (self.inputs, self.outputs):
+            if len(side) == 1:
+                return ResidualLayout(next(iter(side)), self.width)
+        if self.inputs or self.outputs:
+            return None
+        return ResidualLayout(True, self.width)
+
+
+def residual_evidence(program: Program) -> ResidualEvidence:
+    """The residual stream's width and layout as the model's edges show them."""
+    inputs, outputs = _edge_values(program)
+    widths = frozenset(d for node in (*inputs, *outputs) for d in _last_dim(node))
+    return ResidualEvidence(widths, _layouts(program, inputs), _layouts(program, outputs))
+
+
+def residual_layout(program: Program) -> ResidualLayout | None:
+    """The residual stream's layout (``None``: the edges show both ``[T, H]`` and
+    ``[1, T, H]``); a declared boundary state is checked by itself, not by this."""
+    return residual_evidence(program).layout
+
+
+def _edge_values(program: Program) -> tuple[list[torch.fx.Node], list[torch.fx.Node]]:
+    """The values entering the model from the input modules (or a stage's ``hidden``
+    input), and the values the output modules read from the model."""
+    hidden = program.user_inputs.get("hidden")
+    inputs, outputs = ([hidden] if hidden is not None else []), []
+    for node in program.interval:
+        kind = program.region[node].kind
+        users = [u for u in node.users if u in program.interval]
+        if kind == RegionKind.INPUT and any(program.region[u].kind != kind for u in users):
+            inputs.append(node)
+        if kind != RegionKind.OUTPUT and any(
+            program.region[u].kind == RegionKind.OUTPUT for u in users
+        ):
+            outputs.append(node)
+    return inputs, outputs
+
+
+def _last_dim(node: torch.fx.Node) -> set[int]:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() == 0 or not isinstance(val.shape[-1], int):
+        return set()
+    return {val.shape[-1]}
+
+
+def _layouts(program: Program, nodes: list[torch.fx.Node]) -> frozenset[bool]:
+    wires = (WireShape.of(program.shape(node)) for node in nodes)
+    return frozenset(wire.batched for wire in wires if wire is not None)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 
 import sympy
 
-from graphcheck.varlen import BY_NAME
+from graphcheck.varlen import rows
 
 __all__ = ["multiple_of", "undeclared"]
 
@@ -49,35 +49,39 @@ def multiple_of(expr, multiple: int):
     return rest if coeff == multiple and getattr(rest, "is_Symbol", False) else None
 
 
-def undeclared(guards, inputs: Mapping[str, str], multiple: int) -> Iterator[str]:
+def undeclared(
+    guards, inputs: Mapping[str, str], multiple: int, hidden_dim: int = 1
+) -> Iterator[str]:
     """The guards on T that T being a multiple of ``multiple`` does not imply, readable
     (``T``, ``N+1``), one by one; ``inputs`` maps the forward's argument names to varlen
     inputs."""
     for guard in guards:
         sizes = {inputs.get(name): int(dim) for name, dim in _SIZE.findall(guard)}
-        if not any(_is_tokens(name, dim) for name, dim in sizes.items()):
+        if not any(_is_tokens(name, dim, hidden_dim) for name, dim in sizes.items()):
             continue  # not on T: export raised for those (the other dims are plain)
-        if not _implied(guard, tuple(sorted(inputs.items())), multiple):
-            yield _readable(guard, inputs)
+        if not _implied(guard, tuple(sorted(inputs.items())), multiple, hidden_dim):
+            yield _readable(guard, inputs, hidden_dim)
 
 
-def _is_tokens(name: str | None, dim: int) -> bool:
-    row = BY_NAME.get(name or "")
+def _is_tokens(name: str | None, dim: int, hidden_dim: int = 1) -> bool:
+    row = rows(hidden_dim).get(name or "")
     return row is not None and row.dim_name == "T" and row.dim == dim
 
 
 @functools.cache
-def _implied(guard: str, inputs: tuple[tuple[str, str], ...], multiple: int) -> bool:
+def _implied(
+    guard: str, inputs: tuple[tuple[str, str], ...], multiple: int, hidden_dim: int = 1
+) -> bool:
     try:
-        value = _value(ast.parse(guard, mode="eval").body, dict(inputs), multiple)
+        value = _value(ast.parse(guard, mode="eval").body, dict(inputs), multiple, hidden_dim)
         return bool(sympy.simplify(value) is sympy.true)
     except Exception:  # not a guard graphcheck can read or decide (sympy raised): report it
         return False
 
 
-def _value(node: ast.AST, inputs: dict[str, str], multiple: int):
+def _value(node: ast.AST, inputs: dict[str, str], multiple: int, hidden_dim: int = 1):
     """``node`` as a sympy expression (``KeyError``/``ValueError``: not readable)."""
-    recurse = functools.partial(_value, inputs=inputs, multiple=multiple)
+    recurse = functools.partial(_value, inputs=inputs, multiple=multiple, hidden_dim=hidden_dim)
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return sympy.Integer(node.value)
     if isinstance(node, ast.BinOp):
@@ -91,15 +95,15 @@ def _value(node: ast.AST, inputs: dict[str, str], multiple: int):
         return sympy.Not(recurse(node.operand))
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("min", "max"):
         return (sympy.Min if node.func.id == "min" else sympy.Max)(*map(recurse, node.args))
-    return _size(ast.unparse(node), inputs, multiple)
+    return _size(ast.unparse(node), inputs, multiple, hidden_dim)
 
 
-def _size(text: str, inputs: dict[str, str], multiple: int):
+def _size(text: str, inputs: dict[str, str], multiple: int, hidden_dim: int = 1):
     """An input size as a symbol over its range: T = K * (u + 2), N + 1 = n + 2, a max
     length m >= 0."""
     match = _SIZE.fullmatch(text.replace('"', "'"))
     name = inputs[(match or _SCALAR.fullmatch(text.replace('"', "'"))).group(1)]
-    row = BY_NAME[name]
+    row = rows(hidden_dim)[name]
     if match is not None and (row.dim is None or int(match.group(2)) != row.dim):
         raise ValueError(text)  # a size that is not the input's varlen dim
     if match is None and row.dim is not None:
@@ -110,16 +114,17 @@ def _size(text: str, inputs: dict[str, str], multiple: int):
     return free + 2 if row.dim_name is not None else free
 
 
-def _readable(guard: str, inputs: Mapping[str, str]) -> str:
+def _readable(guard: str, inputs: Mapping[str, str], hidden_dim: int = 1) -> str:
     """``guard`` with the varlen sizes by their symbols (``T``, ``N+1``, ``max_q``)."""
+    table = rows(hidden_dim)
 
     def size(match: re.Match) -> str:
-        row = BY_NAME.get(inputs.get(match.group(1), ""))
+        row = table.get(inputs.get(match.group(1), ""))
         varlen = row is not None and row.dim == int(match.group(2))
         return row.symbol if varlen else match.group(0)
 
     def scalar(match: re.Match) -> str:
-        row = BY_NAME.get(inputs.get(match.group(1), ""))
+        row = table.get(inputs.get(match.group(1), ""))
         return row.symbol if row is not None and row.dim is None else match.group(0)
 
     return _SCALAR.sub(scalar, _SIZE.sub(size, guard))

@@ -2,9 +2,11 @@
 (:mod:`graphcheck.gate.runner`), chained by the bf16 bytes a rank sends the next.
 
 A forward pass runs stage 0 to the last, each receiving only the previous stage's
-output as bf16 bytes; with ``train`` the backward pass runs from the last stage back
-to stage 0, each recomputing its forward and handing the wire's gradient back as
-bf16 bytes, then a second forward runs from the stepped parameters.
+output as bf16 bytes, of the shape the proof's wire has at that cut (``[1, T, H]``, the
+flat ``[T, H]`` or a declared boundary state: another shape stops the run there); with
+``train`` the backward pass runs from the last stage back to stage 0, each recomputing
+its forward and handing the wire's gradient back as bf16 bytes, then a second forward
+runs from the stepped parameters.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from graphcheck.gate.messages import one_line
 from graphcheck.gate.report import TrainCheck, TrainStatus
 from graphcheck.gate.runner import Recipe, pack, run_stage, unpack
 from graphcheck.gate.weights import model_logits
+from graphcheck.model.boundary import WireShape
 from graphcheck.reporters import progress
 from graphcheck.stages.fresh import run_fresh
 
@@ -43,10 +46,19 @@ class StagePass:
 class StageChain:
     """The stages of a plan, each run in its own fresh process, chained by bf16 bytes."""
 
-    def __init__(self, recipe: Recipe, plan: StagePlan, batch: PackedBatch, workdir: str):
+    def __init__(
+        self,
+        recipe: Recipe,
+        plan: StagePlan,
+        batch: PackedBatch,
+        workdir: str,
+        wires: dict[int, WireShape] | None = None,
+    ):
+        """``wires``: cut -> the wire the proof says crosses it (unchecked where absent)."""
         self.recipe, self.plan, self.batch, self.workdir = recipe, plan, batch, workdir
         self.bounds = (0, *plan.cuts, plan.num_layers)
         self.last = plan.num_stages - 1
+        self.wires = wires or {}
 
     def _job(self, index: int, checkpoint: str, wire, grad) -> dict:
         lo, hi = self.bounds[index], self.bounds[index + 1]
@@ -80,9 +92,26 @@ class StageChain:
                 run.logits = result["out"]
                 return run
             wire, handover = _stage_handover(result["out"], self.bounds[index + 1])
+            if (why := self._off_wire(index, wire)) is not None:
+                run.blocked = Blocked(index, "", "", None, why)
+                return run
             run.wires.append(wire)
             run.handovers.append(handover)
         return run
+
+    def _off_wire(self, index: int, wire: torch.Tensor) -> str | None:
+        """Why stage ``index``'s output is not the wire the proof has at its cut."""
+        cut = self.bounds[index + 1]
+        expected = self.wires.get(cut)
+        sizes = expected.sizes(self.batch.tokens) if expected is not None else None
+        if sizes is None or tuple(wire.shape) == sizes:
+            return None
+        return (
+            f"stage {index} hands over {list(wire.shape)} at cut {cut}, but the wire the "
+            f"proof has there is bf16 {expected.text} ({list(sizes)} on this batch); the "
+            "next stage would run on another input than the one proven: return the "
+            "residual as the uncut model lays it out"
+        )
 
     def backward(self, first: StagePass, checkpoint: str) -> str | None:
         """From the last stage back to stage 0: each recomputes its forward on the wire

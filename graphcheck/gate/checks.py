@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from graphcheck.gate.batch import PackedBatch
+from graphcheck.gate.exact import token_axis
 from graphcheck.gate.report import (
     ByteCheck,
     ByteStatus,
@@ -45,8 +46,12 @@ def abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().nan_to_num(float("inf")).max().item()
 
 
-def bytes_check(staged, uncut: torch.Tensor, batch: PackedBatch, blocked) -> ByteCheck:
-    """Staged logits (or the :class:`Blocked` that stopped them) against the uncut ones."""
+def bytes_check(
+    staged, uncut: torch.Tensor, batch: PackedBatch, blocked, batched: bool = True
+) -> ByteCheck:
+    """Staged logits (or the :class:`Blocked` that stopped them) against the uncut ones;
+    the first difference is located on the token axis (``batched``: the model's residual
+    is ``[1, T, H]``, else ``[T, H]``; :func:`~graphcheck.gate.exact.token_axis`)."""
     if blocked is not None:
         return ByteCheck(ByteStatus.BLOCKED, blocked=blocked, message=blocked.message)
     if staged is None:
@@ -62,10 +67,11 @@ def bytes_check(staged, uncut: torch.Tensor, batch: PackedBatch, blocked) -> Byt
     diff = (staged.float() - uncut.float()).abs().nan_to_num(float("inf"))
     index = (staged != uncut).nonzero()[0].tolist()
     first = None
-    if staged.dim() == 3 and staged.shape[1] == batch.tokens:
-        document, position = batch.locate(index[1])
-        first = {"token": index[1], "document": document, "position": position}
-        first["column"] = index[2]
+    axis = token_axis(staged.shape, batch.tokens, batched) if staged.dim() >= 2 else None
+    if axis is not None and axis < staged.dim() - 1:
+        document, position = batch.locate(index[axis])
+        first = {"token": index[axis], "document": document, "position": position}
+        first["column"] = index[-1]
     return ByteCheck(ByteStatus.DIFFER, diff.max().item(), first, message=f"first at index {index}")
 
 

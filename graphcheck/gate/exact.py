@@ -37,8 +37,14 @@ layer's output on the document's tokens shows it first. Both run modes of the ga
 use this module: :func:`graphcheck.gate.runner.run_uncut` in its fresh process and
 the in-process graph mode (:mod:`graphcheck.gate.run`).
 
+The token axis of a value is the axis of the packed length; where two axes have that
+length (logits ``[T, V]`` of a vocabulary as large as T) the model's residual layout
+decides: 1 for a model of ``[1, T, H]``, 0 for the flat ``[T, H]`` (``batched``).
+
 >>> token_axis((1, 7, 64), 7), token_axis((7, 64), 7), token_axis((2, 3), 7)
 (1, 0, None)
+>>> token_axis((7, 7), 7), token_axis((7, 7), 7, batched=False)
+(1, 0)
 """
 
 from __future__ import annotations
@@ -79,11 +85,12 @@ __all__ = [
 Span = tuple[int, int]
 
 
-def token_axis(shape, tokens: int) -> int | None:
+def token_axis(shape, tokens: int, batched: bool = True) -> int | None:
     """The axis of ``shape`` that runs over the ``tokens`` packed tokens: 1 (``[1, T,
-    ...]``) before 0 (``[T, ...]``); ``None`` when no axis has that size."""
+    ...]``) before 0 (``[T, ...]``) for a model whose residual is ``batched``, 0 before 1
+    for a flat ``[T, H]`` one; ``None`` when no axis has that size."""
     sizes = list(shape)
-    for axis in (1, 0, *range(2, len(sizes))):
+    for axis in ((1, 0) if batched else (0, 1)) + tuple(range(2, len(sizes))):
         if axis < len(sizes) and sizes[axis] == tokens:
             return axis
     return None
@@ -127,13 +134,15 @@ class Probe:
     """What the exact tests run: ``forward(batch)`` returns the compared tensor of
     ``model``, restored to ``state`` (the weights and buffers the packed run started
     from) before every run; ``layout`` names its layers; ``seed`` draws the other
-    documents' tokens and the loss."""
+    documents' tokens and the loss; ``batched``: the model's residual is ``[1, T, H]``
+    (``False``: the flat ``[T, H]``), which places the token axis of its values."""
 
     model: nn.Module
     forward: Callable[[PackedBatch], torch.Tensor]
     layout: Layout
     state: dict
     seed: int = 0
+    batched: bool = True
 
     @cached_property
     def layers(self) -> list[tuple[int, str, nn.Module]]:
@@ -167,9 +176,11 @@ def _first(out) -> torch.Tensor | None:
     return None if found is None else found.detach().clone()
 
 
-def _cut(value: torch.Tensor | None, span: Span, tokens: int) -> torch.Tensor | None:
+def _cut(
+    value: torch.Tensor | None, span: Span, tokens: int, batched: bool = True
+) -> torch.Tensor | None:
     """``value`` on the tokens of ``span`` (``None``: no token axis)."""
-    if value is None or (axis := token_axis(value.shape, tokens)) is None:
+    if value is None or (axis := token_axis(value.shape, tokens, batched)) is None:
         return None
     return value.narrow(axis, span[0], span[1] - span[0])
 
@@ -198,12 +209,20 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 @dataclass(frozen=True)
 class _Place:
-    """A document's place in two runs: its span in each and the packed length."""
+    """A document's place in two runs: its span in each and the packed length (and
+    the model's residual layout: :func:`token_axis`)."""
 
     document: int
     mine: Span
     theirs: Span
     tokens: int
+    batched: bool = True
+
+    def cut(self, value: torch.Tensor | None, span: Span) -> torch.Tensor | None:
+        return _cut(value, span, self.tokens, self.batched)
+
+    def axis(self, shape) -> int | None:
+        return token_axis(shape, self.tokens, self.batched)
 
 
 def _compare(test: IsolationTest, place: _Place, a: Traced, b: Traced, layers) -> Crossing | None:
@@ -214,14 +233,12 @@ def _compare(test: IsolationTest, place: _Place, a: Traced, b: Traced, layers) -
         if (token := _layer_change(place, a.layers.get(fqn, []), b.layers.get(fqn, []))) != -1:
             first = (index, fqn, token)
             break
-    out_a, out_b = (
-        _cut(r.output, s, place.tokens) for r, s in ((a, place.mine), (b, place.theirs))
-    )
+    out_a, out_b = (place.cut(r.output, s) for r, s in ((a, place.mine), (b, place.theirs)))
     if out_a is None:  # a compared value without a token axis: the whole of it
         out_a, out_b = a.output, b.output
     if first is None and _same(out_a, out_b):
         return None
-    axis = token_axis(a.output.shape, place.tokens) or 0
+    axis = place.axis(a.output.shape) or 0
     token = first[2] if first else _first_token(out_a, out_b, axis)
     layer, fqn = (first[0], first[1]) if first else (None, None)
     diff = _abs_diff(out_a, out_b) if not _same(out_a, out_b) else 0.0
@@ -235,11 +252,11 @@ def _layer_change(place: _Place, mine: list, theirs: list) -> int | None:
     if len(mine) != len(theirs):
         return None
     for x, y in zip(mine, theirs, strict=True):
-        a, b = _cut(x, place.mine, place.tokens), _cut(y, place.theirs, place.tokens)
+        a, b = place.cut(x, place.mine), place.cut(y, place.theirs)
         if (a is None) != (b is None):
             return None
         if a is not None and not _same(a, b):
-            return _first_token(a, b, token_axis(x.shape, place.tokens))
+            return _first_token(a, b, place.axis(x.shape))
     return -1
 
 
@@ -255,7 +272,7 @@ def _perturb(probe: Probe, batch: PackedBatch, base: Traced) -> ExactCheck:
     if len(batch.docs) > 1:  # one document: nothing to redraw
         for index, span in enumerate(batch.spans):
             other = probe.run(batch.perturbed(index, probe.seed))
-            place = _Place(index, span, span, batch.tokens)
+            place = _Place(index, span, span, batch.tokens, probe.batched)
             crossings.append(_compare(IsolationTest.PERTURB, place, base, other, probe.layers))
     return _exact(IsolationTest.PERTURB, crossings)
 
@@ -265,7 +282,8 @@ def _shift(probe: Probe, batch: PackedBatch) -> ExactCheck:
     first, moved, tile = batch.shifted(probe.seed)
     a, b = probe.run(first), probe.run(moved)
     for document, (start, end) in enumerate(batch.spans):
-        place = _Place(document, (start, end), (start + tile, end + tile), first.tokens)
+        moved_span = (start + tile, end + tile)
+        place = _Place(document, (start, end), moved_span, first.tokens, probe.batched)
         crossings.append(_compare(IsolationTest.SHIFT, place, a, b, probe.layers))
     return _exact(IsolationTest.SHIFT, crossings)
 
@@ -276,7 +294,7 @@ def alone_check(probe: Probe, batch: PackedBatch, packed: torch.Tensor) -> Alone
     for index, span in enumerate(batch.spans):
         restore(probe.model, probe.state)
         alone = probe.forward(batch.document(index)).detach()
-        mine = _cut(packed, span, batch.tokens)
+        mine = _cut(packed, span, batch.tokens, probe.batched)
         if mine is not None and _same(mine, alone):
             continue
         diff = _abs_diff(mine, alone) if mine is not None else float("inf")
@@ -371,6 +389,7 @@ class _Grads:
     params: list[tuple[str, nn.Parameter]]
     weights: torch.Tensor
     axis: int
+    batched: bool = True
 
 
 def gradient_check(probe: Probe, batch: PackedBatch) -> GradientCheck:
@@ -378,12 +397,13 @@ def gradient_check(probe: Probe, batch: PackedBatch) -> GradientCheck:
     input and every parameter, shift on the per-token input gradients."""
     params = [(n, p) for n, p in probe.model.named_parameters() if p.requires_grad]
     base = _grad_run(probe, batch)
-    axis = token_axis(base.output.shape, batch.tokens)
+    axis = token_axis(base.output.shape, batch.tokens, probe.batched)
     if axis is None or base.inputs is None:
         what = "its compared output has no token axis" if axis is None else "no floating input"
         return GradientCheck(message=f"cannot take per-document gradients: {what} "
                              "reaches the first layer")  # fmt: skip
-    grads = _Grads(batch, params, loss_weights(base.output.shape, probe.seed), axis)
+    weights = loss_weights(base.output.shape, probe.seed)
+    grads = _Grads(batch, params, weights, axis, probe.batched)
     last = len(batch.spans) - 1
     mine = [
         _gradients(base, _masked(grads.weights, span, axis), params, retain=index < last)
@@ -397,21 +417,24 @@ def gradient_check(probe: Probe, batch: PackedBatch) -> GradientCheck:
 def _grad_perturb(probe: Probe, grads: _Grads, mine: list[list]) -> ExactCheck:
     batch, crossings = grads.batch, []
     for index, span in enumerate(batch.spans):
-        crossing = _reaches(batch, index, mine[index][0])
+        crossing = _reaches(batch, index, mine[index][0], grads.batched)
         if len(batch.docs) > 1:
             run = _grad_run(probe, batch.perturbed(index, probe.seed))
             weights = _masked(grads.weights, span, grads.axis)
             other = _gradients(run, weights, grads.params, retain=False)
-            crossing = _input_change(batch, index, mine[index][0], other[0]) or crossing
+            changed = _input_change(batch, index, mine[index][0], other[0], grads.batched)
+            crossing = changed or crossing
             crossing = crossing or _param_change(index, grads.params, mine[index], other)
         crossings.append(crossing)
     return _exact(IsolationTest.PERTURB, crossings)
 
 
-def _reaches(batch: PackedBatch, index: int, grad: torch.Tensor | None) -> Crossing | None:
+def _reaches(
+    batch: PackedBatch, index: int, grad: torch.Tensor | None, batched: bool = True
+) -> Crossing | None:
     """The gradient of document ``index``'s loss must be exactly zero at every other
     document's token."""
-    if grad is None or (axis := token_axis(grad.shape, batch.tokens)) is None:
+    if grad is None or (axis := token_axis(grad.shape, batch.tokens, batched)) is None:
         return None
     outside = grad.movedim(axis, 0).reshape(batch.tokens, -1).ne(0).any(dim=1)
     start, end = batch.spans[index]
@@ -425,13 +448,13 @@ def _reaches(batch: PackedBatch, index: int, grad: torch.Tensor | None) -> Cross
                     at_document=document, gradient="reach")  # fmt: skip
 
 
-def _input_change(batch: PackedBatch, index: int, a, b) -> Crossing | None:
+def _input_change(batch: PackedBatch, index: int, a, b, batched: bool = True) -> Crossing | None:
     if _same(a, b):
         return None
     if a is None or b is None or a.shape != b.shape:
         return Crossing(IsolationTest.PERTURB, index, None, max_abs_diff=float("inf"),
                         gradient="input")  # fmt: skip
-    token = _first_token(a, b, token_axis(a.shape, batch.tokens) or 0)
+    token = _first_token(a, b, token_axis(a.shape, batch.tokens, batched) or 0)
     document, position = batch.locate(token) if token is not None else (index, None)
     return Crossing(IsolationTest.PERTURB, index, position, max_abs_diff=_abs_diff(a, b),
                     at_document=document, gradient="input")  # fmt: skip
@@ -451,19 +474,20 @@ def _grad_shift(probe: Probe, batch: PackedBatch) -> ExactCheck:
     tokens, in the two batches of :meth:`~graphcheck.gate.batch.PackedBatch.shifted`."""
     first, moved, tile = batch.shifted(probe.seed)
     a = _grad_run(probe, first)
-    axis = token_axis(a.output.shape, first.tokens)
+    axis = token_axis(a.output.shape, first.tokens, probe.batched)
     weights = loss_weights(a.output.shape, probe.seed)
     mine = _gradients(a, weights, [], retain=False)[0]
     b = _grad_run(probe, moved)
     theirs = _gradients(b, weights.roll(tile, axis), [], retain=False)[0]
     crossings = []
     for document, (start, end) in enumerate(batch.spans):
-        x = _cut(mine, (start, end), first.tokens)
-        y = _cut(theirs, (start + tile, end + tile), first.tokens)
+        x = _cut(mine, (start, end), first.tokens, probe.batched)
+        y = _cut(theirs, (start + tile, end + tile), first.tokens, probe.batched)
         if _same(x, y):
             continue
         known = x is not None and y is not None and x.shape == y.shape
-        token = _first_token(x, y, token_axis(mine.shape, first.tokens)) if known else None
+        at = token_axis(mine.shape, first.tokens, probe.batched)
+        token = _first_token(x, y, at) if known else None
         diff = _abs_diff(x, y) if known else float("inf")
         crossings.append(Crossing(IsolationTest.SHIFT, document, token, max_abs_diff=diff,
                                   at_document=document, gradient="input"))  # fmt: skip

@@ -92,6 +92,7 @@ import torch
 from torch import nn
 
 from graphcheck.analysis.plan import StagePlan
+from graphcheck.analysis.residual import residual_layout
 from graphcheck.api import Explorer, ModelArg
 from graphcheck.errors import GateError, UsageError
 from graphcheck.gate.batch import DEFAULT_DOCS, PackedBatch
@@ -130,6 +131,7 @@ from graphcheck.gate.weights import (
 )
 from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.model.boundary import WireShape
 from graphcheck.model.hf import is_hf_spec
 from graphcheck.reporters import progress
 from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
@@ -266,7 +268,7 @@ class Gate:
             outcome = self._graph_outcome(plan, batch, clock)
         else:
             builder = _default_builder(self.spec, stage_builder)
-            outcome = self._process_outcome(builder, plan, batch, train, clock)
+            outcome = self._process_outcome(builder, plan, batch, train, clock, static)
             if stage_builder is None and outcome.bytes.status is ByteStatus.BLOCKED:
                 raise GateError(not_pipeline_aware(builder, outcome.bytes.message))
             stage_builder = builder
@@ -329,21 +331,22 @@ class Gate:
             with clock("isolation"):
                 isolation = self._isolation(batch, state)
         restore(self.model, state)
-        check = bytes_check(staged, uncut, batch, blocked)
+        check = bytes_check(staged, uncut, batch, blocked, self._batched)
         return _Outcome(returned, check, isolation, handovers, list(uncut.shape))
 
-    def _process_outcome(self, builder, plan, batch, train: bool, clock):
-        """Default mode: the uncut model and every stage each in a fresh process."""
+    def _process_outcome(self, builder, plan, batch, train: bool, clock, static):
+        """Default mode: the uncut model and every stage each in a fresh process, each
+        stage handing on the wire the proof ``static`` has at its cut."""
         recipe = self._recipe(builder)
         with clock("uncut"):
             uncut = self._uncut(recipe, batch, train)
         if "isolation" not in uncut:  # the model itself raised on real weights
             raise GateError(f"the uncut model {uncut.get('raised', 'did not run')}")
         isolation = uncut["isolation"]
-        chain = StageChain(recipe, plan, batch, self._workdir.name)
+        chain = StageChain(recipe, plan, batch, self._workdir.name, self._wires(static))
         with clock("staged"):
             first = chain.forward([uncut["checkpoint"]] * plan.num_stages, train)
-        check = bytes_check(first.logits, uncut["logits"], batch, first.blocked)
+        check = bytes_check(first.logits, uncut["logits"], batch, first.blocked, self._batched)
         shape = list(uncut["logits"].shape)
         outcome = _Outcome(uncut["returned"], check, isolation, first.handovers, shape)
         if train:
@@ -381,6 +384,7 @@ class Gate:
             compared=self.compared,
             dtype_plan=session.dtype_plan,
             init=None if self._given is not None else self.init,  # a module: saved initialised
+            batched=self._batched,
         )
 
     def _graph_run(self, plan: StagePlan, batch: PackedBatch):
@@ -406,7 +410,23 @@ class Gate:
         process, every run from the state the packed run started from."""
         forward = lambda b: call_model(self.model, b, self.compared)[1]  # noqa: E731
         layout = self.explorer.session.layout
-        return isolation_check(Probe(self.model, forward, layout, state, self.seed), batch)
+        probe = Probe(self.model, forward, layout, state, self.seed, self._batched)
+        return isolation_check(probe, batch)
+
+    @staticmethod
+    def _wires(static) -> dict:
+        """Cut -> the wire the proof ``static`` has there (the residual or declared state
+        crossing it); a cut without one is left unchecked."""
+        states = {cut.position: cut.state for cut in static.cuts}
+        wires = {k: WireShape.of(s["shape"]) for k, s in states.items() if s is not None}
+        return {k: w for k, w in wires.items() if w is not None}
+
+    @property
+    def _batched(self) -> bool:
+        """Whether the model's residual is ``[1, T, H]`` (``False``: the flat ``[T, H]``),
+        as the proof reads it: it places the token axis of the values compared."""
+        layout = residual_layout(self.explorer.program)
+        return layout is None or layout.batched
 
 
 @dataclass

@@ -99,6 +99,7 @@ class Recipe:
     compared: Compared = field(default_factory=Compared)  # returned, --head or --output-fqn
     dtype_plan: DtypePlan = field(default_factory=DtypePlan)  # --dtype: build dtype, fp32 kept
     init: str | None = None  # the init method called after the factory (gate.tensors)
+    batched: bool = True  # the residual is [1, T, H] (False: [T, H]): where the token axis is
 
 
 class _Failed(Exception):
@@ -230,7 +231,7 @@ def _exact_isolation(model: nn.Module, batch: PackedBatch, state: dict, recipe: 
     weights and buffers the packed run started from (a model that writes its buffers in
     place must not see its own earlier runs); with ``train`` the gradient tests too."""
     forward = lambda b: _forward(model, b, recipe.compared)  # noqa: E731
-    probe = Probe(model, forward, recipe.layout, state, recipe.seed)
+    probe = Probe(model, forward, recipe.layout, state, recipe.seed, recipe.batched)
     with torch.no_grad():
         check = _call(lambda: isolation_check(probe, batch), "the model")
     if train:

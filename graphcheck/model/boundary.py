@@ -1,13 +1,21 @@
-"""What a model declares about its pipeline boundaries.
+"""What a model declares about its pipeline boundaries, and the shape of the wire.
+
+The wire a cut hands over is one tensor, the token dim ``T`` then fixed trailing dims:
+``[1, T, H]`` (a batch dim of 1) or the flat ``[T, H]`` of varlen attention code
+(:class:`WireShape`). Which of the two the residual stream is, the model shows at its
+edges (:class:`ResidualLayout`, read by :func:`graphcheck.analysis.residual.residual_layout`);
+GC206, the stage builders, the gate and the lock all read it from there.
 
 Two keys of ``get_pp_module_config()`` (or the command line) describe the hand-over
 between stages when it is not the standard one:
 
 * ``pipeline_boundary_state`` - the state every cut carries when it is not the
-  ``[1, T, H]`` residual: ``{"rank": 4, "dtype": "bfloat16", "shape_suffix": (4, 64),
+  residual: ``{"rank": 4, "dtype": "bfloat16", "shape_suffix": (4, 64),
   "state": "completed_hyperconnection_residual"}`` for a hyper-connection residual of
-  4 streams ``[1, T, 4, 64]``. The four keys are required; ``--boundary-state`` takes
-  the same mapping as JSON.
+  4 streams ``[1, T, 4, 64]``; ``{"rank": 2, "dtype": "bfloat16", "shape_suffix": (64,),
+  "state": "residual"}`` for a flat ``[T, 64]``. The token dim comes right before the
+  suffix, after a batch dim of 1 when the rank leaves room for one. The four keys are
+  required; ``--boundary-state`` takes the same mapping as JSON.
 * ``pipeline_layer_ranges`` - the decoder layers of each stage the model's own state
   allows, ``[(0, 4), (4, 8)]``: a plan must give its stages exactly those layers, and
   ``verify`` without ``--cuts``/``--stages`` proves that plan.
@@ -18,6 +26,9 @@ between stages when it is not the standard one:
 (True, False)
 >>> state.expected
 'bfloat16 [1, T, 4, 64]'
+>>> flat = boundary_state({"rank": 2, "dtype": "bfloat16", "shape_suffix": [64], "state": "r"})
+>>> flat.expected, flat.matches("bfloat16", ["T", "64"]), flat.wire
+('bfloat16 [T, 64]', True, WireShape(suffix=(64,), batched=False))
 >>> layer_ranges([(0, 4), [4, 8]], 8)
 ((0, 4), (4, 8))
 """
@@ -32,10 +43,121 @@ import torch
 
 from graphcheck.errors import LayoutError, UsageError
 
-__all__ = ["BoundaryState", "boundary_state", "declaration", "layer_ranges", "parse_boundary_state"]
+__all__ = [
+    "BoundaryState",
+    "ResidualLayout",
+    "WireShape",
+    "boundary_state",
+    "declaration",
+    "layer_ranges",
+    "parse_boundary_state",
+]
 
 _KEYS = ("rank", "dtype", "shape_suffix", "state")
 _WHERE = 'get_pp_module_config()["pipeline_boundary_state"]'
+
+
+@dataclass(frozen=True)
+class WireShape:
+    """The shape of the one tensor a cut hands over: the token dim ``T`` (after a batch
+    dim of 1 when ``batched``), then the fixed trailing dims ``suffix``.
+
+    >>> flat = WireShape((64,), batched=False)
+    >>> flat.dims, flat.rank, flat.token_dim, flat.sizes(29), flat.text
+    (['T', '64'], 2, 0, (29, 64), '[T, 64]')
+    >>> WireShape.of(["1", "T", "4", "64"])
+    WireShape(suffix=(4, 64), batched=True)
+    >>> WireShape.of(["T", "T"]), WireShape.of(["2", "T", "64"]), WireShape.of(["T"])
+    (None, None, None)
+    """
+
+    suffix: tuple[int, ...]
+    batched: bool = True
+
+    @classmethod
+    def of(cls, shape: Sequence[str] | None) -> WireShape | None:
+        """The wire a value shaped ``shape`` (as the analysis prints shapes) is: ``[T,
+        d...]`` or ``[1, T, d...]`` with fixed ``d``; ``None`` for any other shape."""
+        dims = list(shape or ())
+        lead = 1 if dims[:2] == ["1", "T"] else 0
+        rest = dims[lead + 1 :]
+        if dims[lead : lead + 1] != ["T"] or not rest or not all(d.isdigit() for d in rest):
+            return None
+        return cls(tuple(int(d) for d in rest), batched=bool(lead))
+
+    @classmethod
+    def coerce(cls, value: WireShape | int | Sequence[int] | None) -> WireShape | None:
+        """``value`` as a wire: a width ``H`` or a suffix is the batched ``[1, T, ...]``
+        (what stage inputs were before the flat layout), ``0`` or ``None`` no wire."""
+        if value is None or isinstance(value, WireShape):
+            return value
+        if isinstance(value, int):
+            return cls((value,)) if value else None
+        return cls(tuple(value))
+
+    @property
+    def rank(self) -> int:
+        return len(self.suffix) + (2 if self.batched else 1)
+
+    @property
+    def token_dim(self) -> int:
+        return 1 if self.batched else 0
+
+    @property
+    def dims(self) -> list[str]:
+        """The shape as the analysis prints it (``['1', 'T', '64']``)."""
+        return [*(["1"] if self.batched else []), "T", *map(str, self.suffix)]
+
+    @property
+    def text(self) -> str:
+        return f"[{', '.join(self.dims)}]"
+
+    def sizes(self, tokens: int) -> tuple[int, ...]:
+        """The real shape of the wire of a batch of ``tokens`` tokens."""
+        return (*((1,) if self.batched else ()), tokens, *self.suffix)
+
+    def matches(self, shape: Sequence[str] | None) -> bool:
+        return list(shape or ()) == self.dims
+
+    def as_dict(self) -> dict:
+        return {"rank": self.rank, "shape": self.dims}
+
+
+@dataclass(frozen=True)
+class ResidualLayout:
+    """How the model lays out its residual stream: ``[1, T, H]`` (``batched``) or the
+    flat ``[T, H]``, ``H`` the ``width`` (``None``: the model shows no one width).
+
+    >>> ResidualLayout(False, 64).expected, ResidualLayout().expected
+    ('[T, 64]', '[1, T, H]')
+    >>> ResidualLayout(False, 64).matches(["T", "64"]), ResidualLayout(True).matches(["T", "64"])
+    (True, False)
+    """
+
+    batched: bool = True
+    width: int | None = None
+
+    @property
+    def rank(self) -> int:
+        return 3 if self.batched else 2
+
+    @property
+    def wire(self) -> WireShape | None:
+        """The wire the residual is, when its width is known."""
+        return None if self.width is None else WireShape((self.width,), self.batched)
+
+    @property
+    def expected(self) -> str:
+        """The residual's shape as the reports print shapes (``H`` for an unknown width)."""
+        width = "H" if self.width is None else str(self.width)
+        return f"[{'1, ' if self.batched else ''}T, {width}]"
+
+    def matches(self, shape: Sequence[str] | None) -> bool:
+        """Whether a value of ``shape`` is laid out as the residual (of its width)."""
+        wire = WireShape.of(shape)
+        if wire is None or wire.batched != self.batched or len(wire.suffix) != 1:
+            return False
+        return self.width is None or wire.suffix == (self.width,)
 
 
 @dataclass(frozen=True)
@@ -49,18 +171,29 @@ class BoundaryState:
 
     def matches(self, dtype: str | None, shape: Sequence[str] | None) -> bool:
         """Whether a value of ``dtype`` and ``shape`` (as the analysis prints them) is
-        this state: the rank, the suffix and the dtype, and a token dim before the suffix."""
+        this state: the rank, the suffix and the dtype, and the token dim before the suffix
+        (``[T, ...]``, ``[1, T, ...]``; further dims between them are left open)."""
         if shape is None or len(shape) != self.rank or dtype != self.dtype:
             return False
         cut = len(shape) - len(self.shape_suffix)
-        return list(shape[cut:]) == [str(d) for d in self.shape_suffix] and "T" in shape[:cut]
+        if list(shape[cut:]) != [str(d) for d in self.shape_suffix]:
+            return False
+        wire = self.wire
+        return wire.matches(shape) if wire is not None else list(shape[:2]) == ["1", "T"]
 
     @property
     def expected(self) -> str:
         """The shape a wire of this state has, as the reports print shapes."""
-        lead = ["1", "T", *["?"] * (self.rank - len(self.shape_suffix) - 2)]
-        dims = lead[: self.rank - len(self.shape_suffix)] + [str(d) for d in self.shape_suffix]
-        return f"{self.dtype} [{', '.join(dims)}]"
+        lead = self.rank - len(self.shape_suffix)
+        dims = ["T"] if lead == 1 else ["1", "T", *["?"] * (lead - 2)]
+        return f"{self.dtype} [{', '.join(dims + [str(d) for d in self.shape_suffix])}]"
+
+    @property
+    def wire(self) -> WireShape | None:
+        """The wire of this state (``None`` when dims between ``[1, T]`` and the suffix
+        are left open: the wire is read from the value crossing the cut)."""
+        lead = self.rank - len(self.shape_suffix)
+        return WireShape(self.shape_suffix, batched=lead == 2) if lead <= 2 else None
 
     def as_dict(self) -> dict:
         return {
@@ -73,17 +206,21 @@ class BoundaryState:
 
 def declaration(dtype: str, shape: Sequence[str], state: str = "STATE_NAME") -> str | None:
     """The ``pipeline_boundary_state`` that declares a wire of ``dtype`` and ``shape``
-    (``None`` when it is not a per-token state ``[1, T, d...]`` of fixed trailing dims).
+    (``None`` when it is not a per-token state ``[1, T, d...]`` or ``[T, d...]`` of fixed
+    trailing dims).
 
     >>> declaration("bfloat16", ["1", "T", "4", "64"])
     '{"rank": 4, "dtype": "bfloat16", "shape_suffix": (4, 64), "state": "STATE_NAME"}'
+    >>> declaration("bfloat16", ["T", "64"], "residual")
+    '{"rank": 2, "dtype": "bfloat16", "shape_suffix": (64,), "state": "residual"}'
     """
-    if len(shape) < 3 or list(shape[:2]) != ["1", "T"] or not all(d.isdigit() for d in shape[2:]):
+    wire = WireShape.of(shape)
+    if wire is None:
         return None
-    suffix = "(" + ", ".join(shape[2:]) + ("," if len(shape) == 3 else "") + ")"
+    dims = [str(d) for d in wire.suffix]
+    suffix = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
     return (
-        f'{{"rank": {len(shape)}, "dtype": "{dtype}", "shape_suffix": {suffix}, '
-        f'"state": "{state}"}}'
+        f'{{"rank": {wire.rank}, "dtype": "{dtype}", "shape_suffix": {suffix}, "state": "{state}"}}'
     )
 
 
@@ -100,10 +237,12 @@ def boundary_state(value: object, where: str = _WHERE) -> BoundaryState | None:
         raise LayoutError(f"{where}: rank must be a positive integer, not {rank!r}")
     if not isinstance(suffix, (tuple, list)) or not suffix or not all(map(_positive, suffix)):
         raise LayoutError(f"{where}: shape_suffix must be positive integers, not {suffix!r}")
-    if len(suffix) > rank - 2:
+    if len(suffix) > rank - 1:
+        n = len(suffix)
         raise LayoutError(
-            f"{where}: rank {rank} leaves no room for the [1, T] token dims before "
-            f"shape_suffix {tuple(suffix)}; rank is {len(suffix) + 2} for that suffix"
+            f"{where}: rank {rank} leaves no room for the token dim before shape_suffix "
+            f"{tuple(suffix)}; rank is {n + 1} ([T, ...]) or {n + 2} ([1, T, ...]) for "
+            "that suffix"
         )
     if not isinstance(state, str) or not state:
         raise LayoutError(f"{where}: state must name the state, not {state!r}")

@@ -3,13 +3,15 @@
 Per model: the layers whose program changed (the op-level difference of the locked op
 list and the current one, by :class:`difflib.SequenceMatcher`, with the model source
 line of the changed op; consecutive layers with the same change grouped), the
-boundaries whose verdict changed (both ways), the plans whose verdict changed; a
+boundaries whose verdict changed (both ways), the wire every cut hands over when its
+shape changed (``[1, T, H]`` to the flat ``[T, H]``), the plans whose verdict changed; a
 change of library versions or of source files alone is said as such.
 
 A :class:`Change` that ``fails`` makes ``check --locked`` exit 1: a layer program
 changed (or the program of the input modules, the output modules or the model-level code
-between them), a boundary or a plan that was proven no longer is, a model or plan the lock
-does not hold (the lock is stale). The rest informs (exit 0).
+between them), a boundary or a plan that was proven no longer is, the wire changed shape
+(every stage's receive buffer with it), a model or plan the lock does not hold (the lock
+is stale). The rest informs (exit 0).
 
 >>> describe_ops([["aten.add.Tensor", "bf16[T]"]], [["aten.add.Tensor", "bf16[T]", "alpha=2"]])
 ('aten.add.Tensor alpha absent → 2', 0)
@@ -216,6 +218,19 @@ def _boundary_changes(name: str, old: dict, new: dict) -> list[Change]:
     return changes
 
 
+def _residual_changes(name: str, old: dict, new: dict) -> list[Change]:
+    """The wire every cut hands over, when it changed (a lock that does not record it,
+    written before it was recorded, says nothing)."""
+    before, after = old.get("residual"), new.get("residual")
+    if before is None or after is None or before == after:
+        return []
+    message = (
+        f"the wire every cut hands over: {before} → {after}; every stage's receive "
+        "buffer changes with it"
+    )
+    return [Change(ChangeKind.BOUNDARY, name, message, True)]
+
+
 def _plan_changes(name: str, old: dict, new: dict) -> list[Change]:
     locked = {p[0]: p for p in old.get("plans", [])}
     dropped = sorted(set(locked) - {p[0] for p in new["plans"]})
@@ -256,7 +271,7 @@ def _source_changes(name: str, old: dict, new: dict, programs_changed: bool) -> 
 def _model_changes(name: str, old: dict, state: ModelState) -> list[Change]:
     new = state.entry
     changes = _layer_changes(name, old, state) + _edge_changes(name, old, state)
-    changes += _boundary_changes(name, old, new)
+    changes += _residual_changes(name, old, new) + _boundary_changes(name, old, new)
     changes += _findings_changes(name, old, new)
     changes += _plan_changes(name, old, new)
     return _source_changes(name, old, new, bool(changes)) + changes

@@ -14,6 +14,9 @@ Per model (keyed by its check's name):
   later run can say in words what changed; 126 identical layers cost one entry;
 * ``boundaries``: per boundary 0..L ``[position, verdict, [codes], [crossing]]``, the
   crossing set as ``role dtype[shape]`` (the map's sweep, one export);
+* ``residual``: the wire every cut hands over, as the model lays it out
+  (``residual bfloat16 [T, 64]``, ``residual bfloat16 [1, T, 64]``; a declared
+  boundary state by its name): a runtime sizes its receive buffers from it;
 * ``findings``: codes of whole-program findings (no cut of their own);
 * ``plans``: per plan ``[name, verdict, [codes]]``;
 * ``sources``: a hash of each file the model's code comes from (the files defining its
@@ -43,6 +46,7 @@ from pathlib import Path
 import torch
 
 from graphcheck.analysis.regions import Region, RegionKind
+from graphcheck.analysis.residual import residual_layout
 from graphcheck.diagnostics import source_line
 from graphcheck.project.lockfile import FORMAT, ModelState, dumps, read_lock, versions, write_lock
 from graphcheck.project.record import PlanResult
@@ -57,6 +61,7 @@ __all__ = [
     "dumps",
     "model_state",
     "read_lock",
+    "residual_record",
     "source_hashes",
     "versions",
     "write_lock",
@@ -77,6 +82,17 @@ def compact_op(op: str, value: str, args) -> list[str]:
 def _fingerprint(part_hash: str, ops: list[list[str]]) -> str:
     text = part_hash + "\n" + json.dumps(ops)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def residual_record(program) -> str:
+    """The wire every cut carries, as the lock records it: a declared boundary state by
+    its name and shape, else the residual in the model's layout (``[1, T, H]`` or the flat
+    ``[T, H]``; ``layout unknown`` when the model's edges show both)."""
+    state = program.layout.boundary_state
+    if state is not None:
+        return f"{state.state} {state.expected}"
+    layout = residual_layout(program)
+    return f"residual bfloat16 {layout.expected}" if layout else "residual layout unknown"
 
 
 def _crossing(crossing) -> list[str]:
@@ -169,6 +185,7 @@ def model_state(
             [c.position, c.verdict, sorted(set(c.codes)), _crossing(c.crossing)]
             for c in cut_map.cuts
         ],
+        "residual": residual_record(program),
         "findings": sorted({d.code for d in cut_map.errors if d.cut is None}),
         "plans": [[name, p.verdict, list(p.errors)] for name, p in plans.items()],
         "sources": source_hashes(explorer.session.module, _spec_files(spec, options), folder),

@@ -2,12 +2,14 @@
 
 What it checks
     The value crossing each cut is shaped like the residual stream, ``[1, T, H]``
-    with ``H`` the model's hidden size, and no bitcast (``aten.view.dtype``:
-    ``x.view(torch.bfloat16)`` of an fp32 tensor) lies on its path from the op
-    that computed it (views and copies are looked through). ``H`` is the width of
-    the residual stream where the model defines it: the last dim of what the input
-    modules hand to the rest of the model (or of a stage's ``hidden`` input), and of
-    what the output modules read from it; they must agree.
+    or the flat ``[T, H]`` of varlen code, with ``H`` the model's hidden size, and no
+    bitcast (``aten.view.dtype``: ``x.view(torch.bfloat16)`` of an fp32 tensor) lies on
+    its path from the op that computed it (views and copies are looked through). The
+    layout and ``H`` are the residual stream's where the model defines it
+    (:func:`graphcheck.analysis.residual.residual_evidence`): what the input modules
+    hand to the rest of the model (or a stage's ``hidden`` input), else what the output
+    modules read from it. Widths must agree on both sides; a layout both sides show
+    two ways is a finding too.
 
     A model whose boundary state is deliberately not the residual declares it
     (``get_pp_module_config()["pipeline_boundary_state"]`` or ``--boundary-state``:
@@ -16,8 +18,9 @@ What it checks
     before the suffix.
 
 Why it matters
-    The pipeline wire is one bf16 ``[1, T, H]`` tensor: runtimes allocate its
-    receive buffer from that shape and treat it as the residual. A rank-4
+    The pipeline wire is one bf16 residual tensor, ``[1, T, H]`` or ``[T, H]`` as the
+    model lays it out: runtimes allocate its receive buffer from that shape (one shape
+    for every cut) and treat it as the residual. A rank-4
     multi-stream residual ``[1, T, n, H]`` does not fit it unless the model declares
     it (and the runtime then checks every received tensor against the declaration),
     and the bits of an fp32 residual carried as a bf16 ``[1, T, 2H]`` tensor are not
@@ -27,15 +30,17 @@ Why it matters
 Example
     Hyper-connections that pass ``n`` residual streams between layers
     (``[1, T, n, H]``) without declaring them, or declaring rank 3; a layer that
-    keeps an fp32 residual and returns ``x32.view(torch.bfloat16)``.
+    keeps an fp32 residual and returns ``x32.view(torch.bfloat16)``; a model whose
+    embedding hands on ``[T, H]`` but whose layers return ``[1, T, H]``.
 
 Fix
-    Hand over the ``[1, T, H]`` residual: collapse the streams inside the layer (or
+    Hand over the residual in the model's layout: collapse the streams inside the layer (or
     cut where they are collapsed) and round an fp32 residual with
     ``.to(torch.bfloat16)`` instead of reinterpreting its bits. A multi-stream state
     that is the boundary by design is declared: the message shows the declaration
     that matches the crossing value (``"pipeline_boundary_state": {"rank": 4,
-    "dtype": "bfloat16", "shape_suffix": (4, 64), "state": "NAME"}``).
+    "dtype": "bfloat16", "shape_suffix": (4, 64), "state": "NAME"}``; rank 2 for a
+    flat ``[T, 64]`` wire).
 """
 
 from __future__ import annotations
@@ -45,9 +50,9 @@ import torch.fx
 
 from graphcheck.analysis.dataflow import copies_data
 from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
-from graphcheck.analysis.regions import RegionKind
+from graphcheck.analysis.residual import ResidualEvidence, residual_evidence
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.model.boundary import declaration
+from graphcheck.model.boundary import WireShape, declaration
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
 
@@ -55,8 +60,8 @@ CODE = "GC206"
 NAME = "boundary-not-residual-shape"
 SEVERITY = "error"
 SUMMARY = (
-    "the crossing value is not a `[1, T, H]` residual (rank, width, bitcast) or not the "
-    "declared boundary state"
+    "the crossing value is not the residual in the model's layout, `[1, T, H]` or `[T, H]` "
+    "(rank, width, bitcast), or not the declared boundary state"
 )
 
 _COPIES = {"aten.clone.default", "aten.alias.default", "aten.detach.default"}
@@ -65,16 +70,18 @@ _DECLARE = 'get_pp_module_config()["pipeline_boundary_state"]'
 
 def check(ctx) -> list[Diagnostic]:
     program = ctx.program
-    widths = _widths(program)
+    evidence = residual_evidence(program)
     found = []
-    if len(widths) > 1:
-        found.append(_ambiguous(widths))
-    width = next(iter(widths)) if len(widths) == 1 else None
+    if len(evidence.widths) > 1:
+        found.append(_ambiguous(sorted(evidence.widths)))
+    layout = evidence.layout
+    if layout is None and program.layout.boundary_state is None:
+        found.append(_ambiguous_layout(evidence))
     for cut in ctx.cuts:
         node = ctx.wire(cut).boundary
         if node is None:
             continue
-        problems = [_shape_problem(program, node, width), _bitcast_problem(program, node)]
+        problems = [_shape_problem(program, node, evidence), _bitcast_problem(program, node)]
         problems = [p for p in problems if p]
         if problems:
             message = f"{node.name} crossing cut {cut.position} {'; it also '.join(problems)}"
@@ -85,57 +92,39 @@ def check(ctx) -> list[Diagnostic]:
 
 def hidden_size(program) -> int | None:
     """The residual stream's width, or ``None`` when the model does not show one width."""
-    widths = _widths(program)
-    return next(iter(widths)) if len(widths) == 1 else None
+    return residual_evidence(program).width
 
 
-def _widths(program) -> set[int]:
-    """Last dims of the values entering the model from the input modules (or a stage's
-    ``hidden`` input) and of the values the output modules read from the model."""
-    found: set[int] = set()
-    hidden = program.user_inputs.get("hidden")
-    if hidden is not None:
-        found |= _last_dim(hidden)
-    for node in program.interval:
-        kind = program.region[node].kind
-        users = [u for u in node.users if u in program.interval]
-        if kind == RegionKind.INPUT and any(program.region[u].kind != kind for u in users):
-            found |= _last_dim(node)
-        if kind != RegionKind.OUTPUT and any(
-            program.region[u].kind == RegionKind.OUTPUT for u in users
-        ):
-            found |= _last_dim(node)
-    return found
-
-
-def _last_dim(node: torch.fx.Node) -> set[int]:
-    val = tensor_val(node)
-    if val is None or val.dim() == 0 or not isinstance(val.shape[-1], int):
-        return set()
-    return {val.shape[-1]}
-
-
-def _shape_problem(program, node: torch.fx.Node, width: int | None) -> str | None:
+def _shape_problem(program, node: torch.fx.Node, evidence: ResidualEvidence) -> str | None:
     shape, dtype = program.shape(node), program.dtype(node)
     if shape is None:
         return None
     state = program.layout.boundary_state
     if state is not None:
         return _state_problem(state, dtype, shape)
-    expected = f"[1, T, {width if width is not None else 'H'}]"
-    ok = len(shape) == 3 and shape[0] == "1" and shape[1] == "T"
-    if ok and (width is None or shape[2] == str(width)):
+    layout = evidence.layout
+    if layout is None:
+        return None  # the edges show both layouts: reported once, for the whole model
+    if layout.matches(shape):
         return None
-    fix = (
-        "collapse extra streams inside the layer and hand over the residual itself"
-        if len(shape) != 3
-        else "hand over the residual itself, not a reshaped or widened copy"
-    )
-    if "T" not in shape and len(shape) >= 2 and shape[1].isdigit():
-        fix = f"its token dim is the fixed size {shape[1]}: the export specialised T (GC403)"
+    wire = WireShape.of(shape)
+    if wire is not None and len(wire.suffix) == 1 and wire.batched != layout.batched:
+        side = (
+            "input modules hand the residual on"
+            if len(evidence.inputs) == 1
+            else "output modules read the residual"
+        )
+        fix = f"the model's {side} as {layout.expected}: keep that layout at every cut"
+    elif len(shape) != layout.rank:
+        fix = "collapse extra streams inside the layer and hand over the residual itself"
+    else:
+        fix = "hand over the residual itself, not a reshaped or widened copy"
+    token = 1 if layout.batched else 0
+    if "T" not in shape and len(shape) > token and shape[token].isdigit():
+        fix = f"its token dim is the fixed size {shape[token]}: the export specialised T (GC403)"
     return (
-        f"is {dtype} [{', '.join(shape)}], but the pipeline wire is one bf16 {expected} "
-        f"tensor (the residual stream); {fix}{_declare_hint(dtype, shape)}"
+        f"is {dtype} [{', '.join(shape)}], but the pipeline wire is one bf16 "
+        f"{layout.expected} tensor (the residual stream); {fix}{_declare_hint(dtype, shape)}"
     )
 
 
@@ -187,11 +176,23 @@ def _bitcast_on_path(node: torch.fx.Node) -> torch.fx.Node | None:
     return None
 
 
-def _ambiguous(widths: set[int]) -> Diagnostic:
+def _ambiguous(widths: list[int]) -> Diagnostic:
     return Diagnostic.at(
         CODE,
         NAME,
-        f"the model shows several residual widths {sorted(widths)} (the input modules' "
-        "output and what the output modules read differ), so the [1, T, H] wire cannot be "
+        f"the model shows several residual widths {widths} (the input modules' "
+        "output and what the output modules read differ), so the wire's width cannot be "
         f"checked; make both the hidden size, or declare the boundary state with {_DECLARE}",
+    )
+
+
+def _ambiguous_layout(evidence: ResidualEvidence) -> Diagnostic:
+    width = evidence.width if evidence.width is not None else "H"
+    return Diagnostic.at(
+        CODE,
+        NAME,
+        f"the model shows its residual stream both as [T, {width}] and as [1, T, {width}] "
+        "(among what the input modules hand on and among what the output modules read), "
+        "so the wire's layout cannot be told; keep one layout, or declare the boundary "
+        f"state with {_DECLARE}",
     )

@@ -7,7 +7,8 @@ What it checks
     prelude, every global layer of the stage present and no other, the same
     model-level work between layers (casts and adds in the model's own loop) as
     the uncut program runs on that stage, and each non-last stage
-    returning the bf16 ``[1, T, H]`` residual the next stage takes as ``x``.
+    returning the bf16 residual the next stage takes as ``x`` (``[1, T, H]``, or
+    ``[T, H]`` for a flat residual).
     A buffer or constant compared by value whose value graphcheck cannot compute
     is reported here too (it is never taken as equal). Requires ``--stage-builder``.
 

@@ -44,7 +44,6 @@ from torch.utils._sympy.numbers import int_oo
 
 from graphcheck.analysis.token_multiple import multiple_of
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.varlen import BY_NAME
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
 
@@ -116,7 +115,7 @@ def _diag(message: str, node=None) -> Diagnostic:
 def _declared(program, name: str, expr):
     """``Tk`` when ``expr`` is ``K*Tk``, T declared a multiple of K; else ``expr``."""
     multiple = program.exported.batch.multiple
-    row = BY_NAME.get(name)
+    row = program.exported.rows.get(name)
     root = multiple_of(expr, multiple) if multiple > 1 and row and row.dim_name == "T" else None
     return expr if root is None else root
 
@@ -124,7 +123,8 @@ def _declared(program, name: str, expr):
 def _specialised(program, name: str, node) -> str | None:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        size = val.shape[row.dim] if (row := BY_NAME.get(name)) and row.dim is not None else None
+        row = program.exported.rows.get(name)
+        size = val.shape[row.dim] if row is not None and row.dim is not None else None
     else:
         size = val
     if size is None:

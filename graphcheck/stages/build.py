@@ -49,6 +49,7 @@ from graphcheck.analysis.export import export_model
 from graphcheck.analysis.program import Program, analyse
 from graphcheck.analysis.regions import GLUE, INPUT, OUTPUT, Region, RegionKind
 from graphcheck.errors import AnalysisError, GraphcheckError, LayoutError, one_line, reworded
+from graphcheck.model.boundary import WireShape
 from graphcheck.model.layout import _LAYER_CANDIDATES, Layout, _layer_keys
 from graphcheck.model.load import default_dtype
 from graphcheck.model.values import shadow_values
@@ -104,7 +105,9 @@ class StageRequest:
     index: int
     layers: tuple[int, ...]
     num_stages: int
-    hidden: int  # width of the residual the stage takes (0 on the first stage)
+    # the wire the stage takes, [1, T, H] or [T, H] (None or 0 on the first stage; a
+    # width or suffix: the batched [1, T, ...])
+    hidden: WireShape | int | tuple[int, ...] | None
     strict: bool = False
     settings: tuple[tuple[str, object], ...] = ()
     kernels: str | None = None
@@ -175,7 +178,7 @@ def build_stage(
     index: int,
     layers: list[int],
     num_stages: int,
-    hidden: int,
+    hidden: WireShape | int | tuple[int, ...] | None,
     strict: bool = False,
     name: str | None = None,
     batch: ExampleBatch | None = None,
@@ -183,14 +186,15 @@ def build_stage(
 ) -> StageProgram:
     """Build stage ``index`` with ``builder``, export it on the uncut export's example
     ``batch`` in the uncut model's ``program_mode`` (a builder that constructs new
-    modules gets them in train mode), analyse it and summarise it."""
+    modules gets them in train mode), analyse it and summarise it. A later stage takes
+    ``hidden``, the wire crossing its first cut (:class:`WireShape`), as ``x``."""
     module = _call_builder(builder, model, mode, index, layers, num_stages, name)
     own = _present(module, layout, layers, model)
     stage_lay, rename = stage_layout(module, layout, own, model)
     kind = "input_ids" if index == 0 else "hidden"
     try:
         exported = export_model(
-            module, mode, strict, stage_input=kind, hidden_size=hidden, batch=batch,
+            module, mode, strict, stage_input=kind, hidden_size=hidden or 0, batch=batch,
             program_mode=program_mode,
         )  # fmt: skip
         program = analyse(exported, stage_lay)

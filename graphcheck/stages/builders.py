@@ -3,7 +3,8 @@
 A builder is ``build(model, stage_index, layer_indices, num_stages) -> nn.Module``.
 The stage module's ``forward(x, position_ids, cu_seq_lens_q, cu_seq_lens_k,
 max_length_q, max_length_k)`` takes ``input_ids`` as ``x`` on the first stage and
-the bf16 hidden states ``[1, T, H]`` on the others, and returns hidden states
+the bf16 hidden states on the others (``[1, T, H]``, or ``[T, H]`` for a model whose
+residual is flat: :class:`graphcheck.model.boundary.WireShape`), and returns hidden states
 (logits on the last stage).
 
 Builtins, for models written pipeline-aware (modules a stage does not own set to

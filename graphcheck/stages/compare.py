@@ -29,6 +29,7 @@ from networkx.algorithms.isomorphism import DiGraphMatcher
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import INPUT, OUTPUT, Region, RegionKind
 from graphcheck.diagnostics import source_line
+from graphcheck.model.boundary import WireShape
 from graphcheck.model.values import LIMIT, TensorValue, max_abs_diff
 from graphcheck.stages.build import StageProgram
 from graphcheck.stages.fingerprint import NodeRecord, Part, Provenance, part_of
@@ -127,11 +128,13 @@ def compare_stage(
     uncut: Program,
     stage: StageProgram,
     last: bool,
-    hidden: int | tuple[int, ...],
+    hidden: WireShape | int | tuple[int, ...] | None,
     glue: Counter | None = None,
 ) -> list[Mismatch]:
     """Every difference between ``stage``'s program and its slice of ``uncut``.
 
+    ``hidden`` is the wire the next stage takes (a :class:`WireShape`; a width or
+    suffix stands for the batched ``[1, T, ...]``), read on every stage but the last.
     ``glue`` holds the labels of the model-level ops the plan runs on this stage in
     the uncut program; the stage program must run exactly those outside its layers."""
     u = _Uncut(uncut)
@@ -342,10 +345,11 @@ def _describe(node: NodeRecord) -> str:
     return f"`{node.name}` ({node.place}{'; ' + where if where else ''})"
 
 
-def _boundary(stage: StageProgram, hidden: int | tuple[int, ...]) -> list[Mismatch]:
-    """A non-last stage must return the bf16 ``[1, T, H]`` (``[1, T, *suffix]`` of a
-    declared boundary state) the next stage takes as ``x``."""
-    want = ["1", "T", *map(str, hidden if isinstance(hidden, tuple) else (hidden,))]
+def _boundary(stage: StageProgram, hidden: WireShape | int | tuple[int, ...]) -> list[Mismatch]:
+    """A non-last stage must return the bf16 wire the next stage takes as ``x``: the
+    residual ``[1, T, H]`` or ``[T, H]`` as the model lays it out, or the shape of a
+    declared boundary state."""
+    want = WireShape.coerce(hidden).dims
     values = [(d, s, n) for d, s, n in stage.outputs if d is not None]
     if len(values) == 1 and (values[0][0], values[0][1]) == ("bfloat16", want):
         return []

@@ -43,12 +43,14 @@ def stage_programs(
     program: Program,
     plan: StagePlan,
     stage_of: Callable[[torch.fx.Node], int | None],
-    widths: list[int],
+    widths: list,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[StageProgram], list[Mismatch]]:
-    """Build, export and compare every stage of ``plan``. ``widths[k]`` is the width of
-    the residual stage ``k`` takes (0 for the first); ``stage_of`` places the uncut
-    program's nodes; ``progress(done)`` is called as stages are built."""
+    """Build, export and compare every stage of ``plan``. ``widths[k]`` is the wire
+    stage ``k`` takes (a :class:`~graphcheck.model.boundary.WireShape`, ``[1, T, H]`` or
+    ``[T, H]``; ``None`` for the first; a width stands for ``[1, T, width]``);
+    ``stage_of`` places the uncut program's nodes; ``progress(done)`` is called as
+    stages are built."""
     bounds = (0, *plan.cuts, plan.num_layers)
     spans = [list(range(lo, hi)) for lo, hi in itertools.pairwise(bounds)]
     name = builder if isinstance(builder, str) else None
@@ -69,7 +71,7 @@ def stage_programs(
 
 
 def _fresh_stages(
-    session: Session, builder: str, spans: list[list[int]], widths: list[int], progress=None
+    session: Session, builder: str, spans: list[list[int]], widths: list, progress=None
 ):
     """Each stage built and exported in its own fresh process."""
     kernels = str(Path(session.kernels).resolve()) if session.kernels else None

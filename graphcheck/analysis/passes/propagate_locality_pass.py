@@ -53,11 +53,15 @@ _STRUCTURE_KINDS = {
 
 class PropagateLocalityPass(NodePass, Interp):
     """``inputs``: placeholder name -> varlen input name; ``tokens``: the sympy names
-    of the packed length T; ``root``: the graph module (for subgraphs)."""
+    of the packed length T; ``root``: the graph module (for subgraphs); ``rows``: the
+    export's varlen table (:attr:`graphcheck.analysis.export.Exported.rows`)."""
 
-    def __init__(self, root: torch.nn.Module, inputs: dict[str, str], tokens: set[str]) -> None:
+    def __init__(
+        self, root: torch.nn.Module, inputs: dict[str, str], tokens: set[str], rows=BY_NAME
+    ) -> None:
         Interp.__init__(self, root, tokens, transfer)
         self.inputs = inputs
+        self.rows = rows
         self.mutated = _mutated_placeholders(root.graph)
         self.order: dict[torch.fx.Node, int] = {}
         self.alias_root: dict[torch.fx.Node, torch.fx.Node] = {}  # view or write -> storage root
@@ -71,7 +75,7 @@ class PropagateLocalityPass(NodePass, Interp):
         name = self.inputs.get(node.name)
         val = node.meta.get("val")
         toks = meta_toks(val, self.tokens)
-        row = BY_NAME.get(name) if name is not None else None
+        row = self.rows.get(name) if name is not None else None
         if row is not None and row.dim_name == "T" and isinstance(val, torch.Tensor):
             size = _constant(val.shape[row.dim]) if row.dim < val.dim() else None
             if size is not None:  # not a symbol: the export specialised T
