@@ -60,6 +60,7 @@ SLOW = (
     "tests/test_subgraph_names.py::test_regions_on_every_layer_prove_their_stage_programs_at_",
     "tests/test_subgraph_names.py::test_flex_",
     "tests/test_subgraph_names.py::test_a_flex_",
+    "tests/test_subgraph_names.py::test_torchtitan_",
     "tests/test_stage_default.py::test_twin_that_sets_the_flag_on_every_stage_passes",
     "tests/test_stage_default.py::test_not_pipeline_aware_passes_and_says_stage_programs_not_"
     "proven[violations:sdpa_doc_mask]",

@@ -47,7 +47,7 @@ import networkx as nx
 import torch
 import torch.fx
 from torch.export.graph_signature import InputKind
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import TreeSpec, tree_flatten
 
 from graphcheck.analysis.fx import is_view_node, op_name
 from graphcheck.analysis.program import Program
@@ -243,7 +243,8 @@ def attribute(module, target: str):
 def attribute_text(module, target: str, readable=str) -> str:
     """A ``get_attr`` of ``module`` by what it holds, never by the name export numbered
     it with: a subgraph (a higher-order op's body, FlexAttention's ``sdpa_mask0``) by
-    its content (:func:`subgraph_text`), a tensor by its value; anything else by its type
+    its content (:func:`subgraph_text`), a tensor by its value, a pytree spec (a body's
+    ``flat_apply`` argument layout, ``ModIndex0``) by its structure; anything else by its type
     and its name (export's counter of lifted constants left out), so it compares equal
     only under the same name."""
     held = attribute(module, target)
@@ -251,7 +252,12 @@ def attribute_text(module, target: str, readable=str) -> str:
         return "{" + subgraph_text(held.graph, readable) + "}"
     if isinstance(held, torch.Tensor):
         return f"tensor:{tensor_value(held).sha}"
+    if isinstance(held, TreeSpec):  # how a body's flat_apply rebuilds its arguments
+        return f"treespec:{_ADDRESS.sub('', str(held))}"
     return f"{type(held).__name__}:{_LIFTED.sub('lifted_tensor', str(target))}"
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a function by its name, not where it lives
 
 
 def _attribute_text(program: Program, node: torch.fx.Node) -> str:
