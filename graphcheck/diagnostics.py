@@ -20,6 +20,7 @@ import functools
 import importlib.util
 import os
 import re
+import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Diagnostic",
     "Group",
+    "generated",
     "group",
+    "library",
+    "model_frame",
     "module_path",
     "normalize_fqn",
     "source_line",
@@ -85,28 +89,78 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)')
 
 
 @functools.cache
-def _torch_dir() -> str | None:
-    """torch's folder, found without importing torch (this module is imported by commands
-    that never build a model); ``None`` when torch is not installed."""
+def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The folders whose frames are not the model's code: torch's and graphcheck's, then
+    the standard library's (``functools``, ``contextlib`` wrappers); found without
+    importing torch (this module is imported by commands that never build a model)."""
     spec = importlib.util.find_spec("torch")
-    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    own = [os.path.dirname(spec.origin)] if spec is not None and spec.origin else []
+    own.append(os.path.dirname(os.path.abspath(__file__)))
+    stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+    folder = lambda d: os.path.join(os.path.realpath(d), "")  # noqa: E731
+    return tuple(map(folder, own)), tuple(map(folder, stdlib))
+
+
+def generated(path: str) -> bool:
+    """Whether a frame's file is code made at run time, not a file: the ``forward`` FX
+    generates (``<eval_with_key>.5``), ``exec``'d text (``<string>``), frozen modules.
+
+    >>> generated("<eval_with_key>.12"), generated("<string>"), generated("model.py")
+    (True, True, False)
+    """
+    return path.startswith("<")
+
+
+def library(path: str) -> bool:
+    """Whether a frame's file is inside torch, graphcheck or the standard library (an
+    installed package's site-packages below the standard library's folder is not).
+
+    >>> library(os.path.join(os.path.dirname(os.path.abspath(__file__)), "api.py"))
+    True
+    """
+    own, stdlib = _library_dirs()
+    real = os.path.realpath(path)
+    if real.startswith(own):
+        return True
+    parts = real.split(os.sep)
+    return real.startswith(stdlib) and not {"site-packages", "dist-packages"} & set(parts)
+
+
+def model_frame(stack_trace: str | None) -> tuple[str, str, str] | None:
+    """The innermost frame of the model's code in ``stack_trace``: ``(file, line, code)``.
+
+    Frames in generated code (the ``forward`` of a traced higher-order op's body, which
+    FlexAttention's and compiled regions' frames are) and inside torch, graphcheck or
+    the standard library are skipped: they say where torch ran the model's call, not
+    which line of the model made it. With no model frame, the innermost frame in a real
+    file; ``None`` when every frame is generated.
+
+    >>> trace = (
+    ...     'File "m.py", line 7, in forward\\n    out = attend(q, k, v)\\n'
+    ...     'File "<eval_with_key>.5", line 13, in forward\\n    flex_attention = torch.ops.x()'
+    ... )
+    >>> model_frame(trace)
+    ('m.py', '7', 'out = attend(q, k, v)')
+    """
+    frames = [f for f in _FRAME.findall(stack_trace or "") if not generated(f[0])]
+    own = [f for f in frames if not library(f[0])]
+    found = (own or frames)[-1] if own or frames else None
+    return None if found is None else (found[0], found[1], found[2].strip())
 
 
 def source_line(node: torch.fx.Node) -> str | None:
-    """``file.py:57: code`` for the innermost model frame of ``node.meta['stack_trace']``."""
-    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    torch_dir = _torch_dir()
-    if torch_dir is not None:
-        frames = [f for f in frames if not f[0].startswith(torch_dir)] or frames
-    if not frames:
+    """``file.py:57: code`` for the innermost model frame of ``node.meta['stack_trace']``
+    (:func:`model_frame`)."""
+    found = model_frame(node.meta.get("stack_trace"))
+    if found is None:
         return None
-    path, line, code = frames[-1]
+    path, line, code = found
     try:
         rel = os.path.relpath(path)
         path = rel if not rel.startswith("..") else path
     except ValueError:
         pass
-    return f"{path}:{line}: {code.strip()}"
+    return f"{path}:{line}: {code}"
 
 
 def module_path(node: torch.fx.Node) -> str | None:

@@ -326,12 +326,44 @@ def _external_difference(up: Part, sp: Part, u: _Uncut, index, layer, what, kind
     if not extra:
         return Mismatch(kind, index, layer, f"{what}: same ops, wired differently")
     snode, unode = slabels[extra[0]], ulabels[gone[0]] if gone else None
+    body = _body_difference(sp, snode, unode)
+    if body is not None:
+        return Mismatch(kind, index, layer, f"{what}: {body}", snode, unode)
     if extra[0].startswith("side:"):
         side = _side_key(extra[0][5:]) in u.all
         kind = MismatchKind.SIDE_CHOICE if side else MismatchKind.SIDE_PRELUDE
     read = _describe(snode)
     instead = f" where the uncut program reads {_describe(unode)}" if unode else ""
     return Mismatch(kind, index, layer, f"{what} reads {read}{instead}", snode, unode)
+
+
+def _body_difference(sp: Part, snode: NodeRecord, unode: NodeRecord | None) -> str | None:
+    """Where a subgraph the stage's part reads (a higher-order op's body) differs from
+    the one the uncut part reads in its place, or ``None`` when they are not both
+    subgraphs: the first line of their canonical bodies that differs."""
+    ubody = unode.meta.get("subgraph") if unode is not None else None
+    sbody = snode.meta.get("subgraph")
+    if ubody is None or sbody is None:
+        return None
+    key = next((k for k, r in sp.externals.items() if r is snode), None)
+    names = set(sp.graph.successors(key)) if key in sp.graph else set()
+    reader = next((r for r in sp.ops if r.name in names), None)
+    op = f"`{reader.op}`" if reader is not None else "a higher-order op"
+    pairs = enumerate(zip(ubody, sbody, strict=False))
+    at = next((i for i, (u, s) in pairs if u != s), None)
+    if at is None and len(ubody) == len(sbody):
+        return None  # equal bodies: the difference is elsewhere
+    if at is None:
+        counts = f"{len(ubody)} nodes, this stage's {len(sbody)}"
+        return f"the body of {op} differs from the uncut program's (uncut {counts})"
+    return (
+        f"the body of {op} differs from the uncut program's at its node {at}: uncut "
+        f"`{_short(ubody[at])}`, this stage's `{_short(sbody[at])}`"
+    )
+
+
+def _short(line: str, limit: int = 160) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _side_key(text: str) -> str:

@@ -35,6 +35,7 @@ stage exported in a fresh process (:mod:`graphcheck.stages.fresh`) sends its par
 from __future__ import annotations
 
 import hashlib
+import inspect
 import operator
 import re
 import warnings
@@ -46,7 +47,7 @@ import networkx as nx
 import torch
 import torch.fx
 from torch.export.graph_signature import InputKind
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import TreeSpec, tree_flatten
 
 from graphcheck.analysis.fx import is_view_node, op_name
 from graphcheck.analysis.program import Program
@@ -59,6 +60,8 @@ __all__ = [
     "NodeRecord",
     "Part",
     "Provenance",
+    "attribute",
+    "attribute_text",
     "by_value",
     "canonical",
     "canonical_symbols",
@@ -69,23 +72,44 @@ __all__ = [
     "op_label",
     "part_of",
     "record",
+    "subgraph_lines",
     "subgraph_text",
+    "tensor_text",
     "value_label",
     "within",
 ]
 
 
 def canonical(value, readable=str) -> str:
-    """A stable text form of a non-tensor argument."""
+    """A stable text form of a non-tensor argument: an FX node is ``%`` (its name is
+    numbered per program), a tensor its dtype and shape, a function its qualified name
+    (never its address), a dict its keys and values.
+
+    >>> canonical({"BACKEND": "AUTO", "n": (1, None)})
+    '{BACKEND: AUTO, n: [1, None]}'
+    """
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(canonical(v, readable) for v in value) + "]"
+    if isinstance(value, dict):
+        items = (f"{k}: {canonical(v, readable)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
     if isinstance(value, torch.fx.Node):
         return "%"
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return readable(value)
     if isinstance(value, torch.dtype):
         return str(value).removeprefix("torch.")
+    if isinstance(value, torch.Tensor):
+        return tensor_text(value, readable)
+    if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"  # not its address
     return str(value)
+
+
+def tensor_text(value: torch.Tensor, readable=str) -> str:
+    """A tensor (a fake one: a node's recorded value) by its dtype and shape."""
+    dtype = str(value.dtype).removeprefix("torch.")
+    return f"{dtype}[{', '.join(readable(d) for d in value.shape)}]"
 
 
 def op_label(program: Program, node: torch.fx.Node) -> str:
@@ -119,6 +143,7 @@ class Provenance:
         self.memo: dict[torch.fx.Node, str] = {}
         self.read: dict[torch.fx.Node, dict[str, TensorValue]] = {}
         self._values: dict[torch.fx.Node, TensorValue | None] = {}
+        self._binders: dict[str, tuple[torch.fx.Node, str]] | None = None
         specs = program.exported.program.graph_signature.input_specs
         self._specs = {spec.arg.name: spec for spec in specs}
 
@@ -177,7 +202,26 @@ class Provenance:
         else:
             parents = [self(a) for a in node.all_input_nodes]
             text = op_label(program, node) + "|" + ",".join(parents)
-        return hashlib.sha1(text.encode()).hexdigest()[:16]
+        return hashlib.sha1(self._symbols(node, text).encode()).hexdigest()[:16]
+
+    def _symbols(self, node: torch.fx.Node, text: str) -> str:
+        """``text`` with each unbacked size named by where it is bound: the provenance of
+        the node whose result binds it and the place in that result (export numbers
+        them per program: ``u4`` in the uncut program is ``u0`` in a stage's)."""
+        if self._binders is None:
+            self._binders = {
+                str(symbol): (n, _path_text(path))
+                for n in self.program.graph.nodes
+                for symbol, path in (n.meta.get("unbacked_bindings") or {}).items()
+            }
+
+        def one(match: re.Match) -> str:
+            binder, path = self._binders.get(match.group(0), (None, None))
+            if binder is None:
+                return match.group(0)  # not bound by a node: compared by its name
+            return f"<{'self' if binder is node else self(binder)}{path}>"
+
+        return _SYMBOL.sub(one, text) if self._binders else text
 
     def _input_name(self, node: torch.fx.Node) -> str:
         names = {n: k for k, n in self.program.user_inputs.items()}
@@ -187,32 +231,59 @@ class Provenance:
 _LIFTED = re.compile(r"lifted_tensor_\d+$")  # export numbers the constants it lifts
 
 
-def _attribute_text(program: Program, node: torch.fx.Node) -> str:
-    """A ``get_attr`` node by what it holds: a subgraph (a HOP body, flex attention's
-    ``sdpa_score0``) by its content (:func:`subgraph_text`), never by the name export
-    numbered it with; anything else by its type and, for a tensor, its value."""
-    held = getattr(program.exported.program.graph_module, str(node.target), None)
+def attribute(module, target: str):
+    """What ``module``'s attribute ``target`` (dotted: ``sub.sdpa_mask0``) holds, else
+    ``None``."""
+    found = module
+    for name in str(target).split("."):
+        found = getattr(found, name, None)
+    return found
+
+
+def attribute_text(module, target: str, readable=str) -> str:
+    """A ``get_attr`` of ``module`` by what it holds, never by the name export numbered
+    it with: a subgraph (a higher-order op's body, FlexAttention's ``sdpa_mask0``) by
+    its content (:func:`subgraph_text`), a tensor by its value, a pytree spec (a body's
+    ``flat_apply`` argument layout, ``ModIndex0``) by its structure; anything else by its type
+    and its name (export's counter of lifted constants left out), so it compares equal
+    only under the same name."""
+    held = attribute(module, target)
     if isinstance(held, torch.fx.GraphModule):
-        return subgraph_text(held.graph, program.readable)
+        return "{" + subgraph_text(held.graph, readable) + "}"
     if isinstance(held, torch.Tensor):
         return f"tensor:{tensor_value(held).sha}"
-    return f"{type(held).__name__}:{_LIFTED.sub('lifted_tensor', str(node.target))}"
+    if isinstance(held, TreeSpec):  # how a body's flat_apply rebuilds its arguments
+        return f"treespec:{_ADDRESS.sub('', str(held))}"
+    return f"{type(held).__name__}:{_LIFTED.sub('lifted_tensor', str(target))}"
 
 
-def subgraph_text(graph: torch.fx.Graph, readable=str) -> str:
-    """The content of a subgraph as canonical text: its nodes in order, each by its op,
-    its arguments (other nodes by position, ``%3``), its result's dtype and shape;
-    nested subgraphs by their content, recursively. Generated names (``sdpa_mask0``,
-    ``submod_2``, ``mul_3``) are left out, so two programs that number their subgraphs
-    differently hold equal texts for equal bodies.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a function by its name, not where it lives
 
-    >>> g = torch.fx.Graph(); x = g.placeholder("x_7"); _ = g.output(g.call_function(
-    ...     torch.add, (x, 2)))
-    >>> subgraph_text(g)
-    'placeholder() -> None; add(%0, 2) -> None; output(%1) -> None'
-    """
+
+def _attribute_text(program: Program, node: torch.fx.Node) -> str:
+    return attribute_text(program.exported.program.graph_module, node.target, program.readable)
+
+
+def subgraph_lines(graph: torch.fx.Graph, readable=str) -> list[str]:
+    """The content of a subgraph as canonical lines, one a node in program order: its
+    op (the target of a call), its arguments (other nodes by position, ``%3``;
+    constants and literals as written), its result's dtype and shape. A ``get_attr``
+    is what it holds (:func:`attribute_text`): nested subgraphs by their content,
+    recursively. Generated names are left out: node and placeholder names
+    (``arg0_1``, ``mul_3``), subgraph names (``sdpa_mask0``, ``submod_2``), and the
+    unbacked sizes a node of the subgraph binds (``u4``), named by the node and the
+    place in its result that binds them (``%3.size(0)``)."""
     owner = graph.owning_module
     index = {n: i for i, n in enumerate(graph.nodes)}
+    bound = {
+        str(symbol): f"%{index[n]}{_path_text(path)}"
+        for n in graph.nodes
+        for symbol, path in (n.meta.get("unbacked_bindings") or {}).items()
+    }
+
+    def named(text) -> str:
+        text = readable(text)
+        return _SYMBOL.sub(lambda m: bound.get(m.group(0), m.group(0)), text) if bound else text
 
     def arg(value) -> str:
         if isinstance(value, torch.fx.Node):
@@ -221,31 +292,34 @@ def subgraph_text(graph: torch.fx.Graph, readable=str) -> str:
             return "[" + ", ".join(arg(v) for v in value) + "]"
         if isinstance(value, dict):
             return "{" + ", ".join(f"{k}: {arg(v)}" for k, v in value.items()) + "}"
-        return canonical(value, readable)
+        return canonical(value, named)
 
     lines = []
     for node in graph.nodes:
         if node.op == "get_attr":
-            held = getattr(owner, str(node.target), None) if owner is not None else None
-            what = (
-                subgraph_text(held.graph, readable)
-                if isinstance(held, torch.fx.GraphModule)
-                else type(held).__name__
-            )
-            lines.append(f"get_attr({{{what}}})")
+            lines.append(f"get_attr({attribute_text(owner, node.target, named)})")
             continue
-        target = op_name(node.target) if node.op.startswith("call_function") else node.op
-        args = ", ".join(
-            [arg(a) for a in node.args] + [f"{k}={arg(v)}" for k, v in node.kwargs.items()]
-        )
-        val = node.meta.get("val")
-        result = (
-            f"{val.dtype}{[readable(d) for d in val.shape]}"
-            if isinstance(val, torch.Tensor)
-            else canonical(val, readable)
-        )
-        lines.append(f"{target}({args}) -> {result}")
-    return "; ".join(lines)
+        target = op_name(node.target) if node.op.startswith("call_") else node.op
+        args = [arg(a) for a in node.args] + [f"{k}={arg(v)}" for k, v in node.kwargs.items()]
+        lines.append(f"{target}({', '.join(args)}) -> {canonical(node.meta.get('val'), named)}")
+    return lines
+
+
+def subgraph_text(graph: torch.fx.Graph, readable=str) -> str:
+    """:func:`subgraph_lines` joined: two programs that number their subgraphs
+    differently hold equal texts for equal bodies.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x_7"); _ = g.output(g.call_function(
+    ...     torch.add, (x, 2)))
+    >>> subgraph_text(g)
+    'placeholder() -> None; add(%0, 2) -> None; output(%1) -> None'
+    """
+    return "; ".join(subgraph_lines(graph, readable))
+
+
+def _path_text(path) -> str:
+    """A pytree key path (where in a node's result an unbacked size is bound) as text."""
+    return "".join(str(k) for k in path) if isinstance(path, (list, tuple)) else str(path)
 
 
 def by_value(program: Program, spec, node: torch.fx.Node) -> TensorValue | None:
@@ -272,7 +346,9 @@ class NodeRecord:
     """What a comparison reports about one node, as plain data.
 
     ``meta`` keeps the node's ``nn_module_stack`` and ``stack_trace``, so a
-    diagnostic can be located at a record as at an FX node."""
+    diagnostic can be located at a record as at an FX node, and for a ``get_attr`` of
+    a subgraph its :func:`subgraph_lines` (``subgraph``), so a report says where two
+    bodies differ. None of it is compared: a record compares by its labels."""
 
     name: str
     op: str  # op name, ``torch_attn._varlen_attn.default``
@@ -297,6 +373,10 @@ def record(program: Program, node: torch.fx.Node, label: str | None = None) -> N
         "nn_module_stack": {k: (str(p), _class_name(c)) for k, (p, c) in stack.items()},
         "stack_trace": node.meta.get("stack_trace"),
     }
+    if node.op == "get_attr":  # a subgraph's body, to say where two bodies differ
+        held = attribute(program.exported.program.graph_module, node.target)
+        if isinstance(held, torch.fx.GraphModule):
+            meta["subgraph"] = subgraph_lines(held.graph, program.readable)
     call = node.op == "call_function"
     return NodeRecord(
         node.name,
