@@ -97,7 +97,8 @@ def source_line(node: torch.fx.Node) -> str | None:
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     torch_dir = _torch_dir()
     if torch_dir is not None:
-        frames = [f for f in frames if not f[0].startswith(torch_dir)] or frames
+        inside = torch_dir + os.sep  # a sibling such as torchtitan/ is model code
+        frames = [f for f in frames if not f[0].startswith(inside)] or frames
     if not frames:
         return None
     path, line, code = frames[-1]

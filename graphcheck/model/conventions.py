@@ -166,13 +166,25 @@ def detect(model, name: str | None = None) -> Convention:
             )
         name = declared
     if name is not None:
-        return CONVENTIONS[name]
+        return _named(model, CONVENTIONS[name])
     found = next((c for c in CONVENTIONS.values() if c.fits(model)), None)
     if found is None and _var_keyword(model):
         found = CONVENTIONS["transformers"]
     if found is None:
         raise UsageError(_no_row(model))
     return found
+
+
+def _named(model, convention: Convention) -> Convention:
+    """``convention``, named for ``model``: its mask method must be there."""
+    method = convention.masks_method
+    if convention.masks is MaskSource.MODEL and not callable(getattr(model, method or "", None)):
+        raise UsageError(
+            f"the {convention.name} input convention builds the masks with "
+            f"model.{method}(positions), and {type(model).__name__} has no {method}: pick "
+            f"another --inputs-from ({', '.join(CONVENTIONS)})"
+        )
+    return convention
 
 
 def _no_row(model) -> str:
