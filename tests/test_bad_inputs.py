@@ -62,6 +62,8 @@ BAD_INPUTS = [
      ARGS),
     (["verify", REF, "--cuts", "4", "--inputs-from", "torchtitan"],
      "has no get_attention_masks", BUILD),
+    (["verify", spec("conventions:unadapted"), "--cuts", "1"], "fits no input convention",
+     BUILD),
     (["verify", REF, "--cuts", "4", "--format", "yaml"], "--format: invalid choice", ARGS),
     (["verify", REF, "--cuts", "4", "--format", "html"], "use it with graphcheck map or plan",
      ARGS),
