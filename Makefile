@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --retries 1 --timeout 15 \
 		--index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# torchtitan (tests/test_torchtitan.py) without its dependency on a second torch
+	$(BIN)/pip install --quiet --no-deps spmd_types==0.2.3 tyro==1.0.17 typeguard==4.6.1 \
+		docstring-parser==0.18.0 triton==3.9.0 torchtitan==0.3.0
 	touch $(STAMP)
 
 # Exit status 1 means "violations found": expected for the violating fixtures.

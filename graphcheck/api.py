@@ -18,6 +18,10 @@ flags of the same names):
 * ``docs``, ``tokens``, ``token_multiple`` - the example batch the export traces
   (``--docs``, ``--tokens``, ``--token-multiple``): ``docs`` a count of documents or
   their lengths, ``tokens`` T, and T exported as a multiple of ``token_multiple``;
+* ``inputs_from`` - the input convention the model's forward follows
+  (``"transformers"``, ``"torchtitan"``, or one registered with
+  :func:`graphcheck.model.conventions.register`; default: detected from its
+  signature) (``--inputs-from``);
 * ``program_mode`` - ``"train"`` (the default: the program pipeline-parallel training
   runs, ``model.train()``) or ``"eval"`` (``model.eval()``) (``--mode``); the report
   names it (``report.program_mode``);
@@ -251,6 +255,7 @@ class Explorer:
                     session.strict,
                     batch=session.batch,
                     program_mode=session.program_mode,
+                    convention=session.convention,
                 )
             with progress.phase(progress.Phase.ANALYSE):
                 self._program = analyse(exported, session.layout)
@@ -329,7 +334,7 @@ class Explorer:
             dtype = self.session.dtype
             reason = f"stage programs are built in bfloat16, this model with --dtype {dtype}"
             return None, StageProof(False, reason=reason, hint=f"drop --dtype {dtype}")
-        return default_builder(self.hf_spec), None
+        return default_builder(self.hf_spec, self.session.convention.name), None
 
     def _stage_proof(
         self, ctx: Context, plan: StagePlan, builder: str | StageBuilder, default: bool

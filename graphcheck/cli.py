@@ -114,6 +114,13 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         help="the program to prove and run: model.train(), what pipeline-parallel "
         "training runs (default), or model.eval()",
     )
+    model.add_argument(
+        "--inputs-from",
+        metavar="NAME",
+        help="the input convention of the model's forward: transformers (input_ids, "
+        "position_ids, cu_seq_lens_q/k, max_length_q/k) or torchtitan (tokens, positions, "
+        "masks from model.get_attention_masks) (default: detected from its signature)",
+    )
 
 
 def _batch_options(parser: argparse.ArgumentParser) -> None:
@@ -203,8 +210,9 @@ def _stage_options(parser: argparse.ArgumentParser) -> None:
         "--stage-builder",
         metavar="NAME|FILE.py:FN",
         help="the builder of the stages: keep-index, moduledict, rebuild, hf-slice, "
-        "hf-rebuild or FILE.py:FN (default: hf-slice for hf: models, keep-index for the "
-        "rest, not proven when their stages do not export); none: no stage programs",
+        "hf-rebuild, torchtitan or FILE.py:FN (default: hf-slice for hf: models, torchtitan "
+        "for torchtitan models, keep-index for the rest, not proven when their stages do "
+        "not export); none: no stage programs",
     )
     group.add_argument(
         "--require-stage-programs",
@@ -387,6 +395,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         "stand_ins": args.stand_ins,
         "dtype": args.dtype,
         "program_mode": args.program_mode,
+        "inputs_from": args.inputs_from,
     }
     if args.command == "gate":
         return _gate(args, options)
@@ -581,14 +590,17 @@ def _check_plan(args: argparse.Namespace) -> None:
 
 
 def _check_build(args: argparse.Namespace) -> None:
-    """``--set KEY=VALUE``, ``--allow-fp32``, the ``--kernels`` file and the example batch
+    """``--set KEY=VALUE``, ``--allow-fp32``, ``--inputs-from``, the ``--kernels`` file and
+    the example batch
     (``--docs``, ``--tokens``, ``--token-multiple``)."""
+    from graphcheck.model.conventions import check_name
     from graphcheck.model.hf import parse_settings
     from graphcheck.model.spec import check_globs, require_file
     from graphcheck.varlen import example_batch
 
     parse_settings(args.settings)
     check_globs(args.allow_fp32)
+    check_name(getattr(args, "inputs_from", None))
     if args.kernels is not None:
         require_file(args.kernels, "kernels file")
     if hasattr(args, "tokens"):

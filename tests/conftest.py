@@ -20,6 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 
 # node-id prefixes of the slow sweeps, and fast representatives kept out of them
 SLOW = (
+    # torchtitan's models: every other model, the map, the gate, flex and MoE as they stand
+    "tests/test_torchtitan.py::test_llama3_map_judges_every_boundary",
+    "tests/test_torchtitan.py::test_verifies_unadapted",
+    "tests/test_torchtitan.py::test_gate_equal_bytes_and_bitwise_isolation",
+    "tests/test_torchtitan.py::test_moe_routing_is_not_proven_yet",
+    "tests/test_torchtitan.py::test_flex_attention_as_it_stands",
+    "tests/test_conventions.py::test_titan_style_stages_by_torchtitans_split",
     "tests/test_families.py::",  # every family at every cut, and their option variants
     "tests/test_optable.py::test_table_covers_every_op_of_the_family",
     "tests/test_stages.py::test_allows_index_keeping_builders_at_every_cut",

@@ -1,6 +1,7 @@
 """Export a model with symbolic packed-varlen inputs.
 
-The example batch follows the packed-varlen convention of :mod:`graphcheck.varlen`:
+The example batch follows the packed-varlen convention of :mod:`graphcheck.varlen`
+(how a framework's forward takes it, :mod:`graphcheck.model.conventions`):
 ``input_ids`` and ``position_ids`` ``[1, T]`` int64, ``cu_seq_lens_q/k`` ``[N + 1]``
 int32 and ``max_length_q/k`` ints. T, N + 1 and the max lengths are symbolic; example
 sizes avoid 0 and 1 (which specialise) and values that collide with model
@@ -47,7 +48,7 @@ from torch.export import Dim, ExportedProgram
 
 from graphcheck.analysis.export_failure import export_error, is_constraint_violation
 from graphcheck.analysis.token_multiple import multiple_of, undeclared
-from graphcheck.errors import ExportError
+from graphcheck.model.conventions import Convention, bind, detect, roles
 from graphcheck.model.load import ProgramMode, default_dtype, in_program_mode
 from graphcheck.varlen import (
     BY_NAME,
@@ -56,7 +57,6 @@ from graphcheck.varlen import (
     VarlenInput,
     example_values,
     hidden_dim,
-    model_inputs,
     rows,
     stage_inputs,
 )
@@ -128,25 +128,19 @@ def _dynamic_shapes(
     return spec
 
 
-def accepted_inputs(model: nn.Module) -> tuple[tuple[str, ...], bool]:
-    """The varlen inputs ``model.forward`` accepts, and whether it needs a wrapper."""
-    params = inspect.signature(model.forward).parameters
-    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    names = tuple(n for n in model_inputs() if n in params or var_kw)
-    if "input_ids" not in names:
-        raise ExportError(f"{type(model).__name__}.forward does not accept input_ids")
-    return names, list(params)[: len(names)] != list(names)
+def accepted_inputs(
+    model: nn.Module,
+    convention: Convention | str | None = None,
+    docs: tuple[int, ...] = EXAMPLE_DOCS,
+) -> tuple[tuple[str, ...], bool]:
+    """The varlen inputs ``model.forward`` accepts under its input ``convention``
+    (:mod:`graphcheck.model.conventions`; ``None``: detected, a name: that row), and
+    whether it needs a wrapper."""
+    return roles(model, _convention(model, convention), docs)
 
 
-def _explicit_forward(model: nn.Module, names: tuple[str, ...]):
-    original = model.forward
-
-    def forward(*args):
-        return original(**dict(zip(names, args, strict=False)))
-
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    forward.__signature__ = inspect.Signature(params)
-    return forward
+def _convention(model: nn.Module, convention: Convention | str | None) -> Convention:
+    return convention if isinstance(convention, Convention) else detect(model, convention)
 
 
 def export_model(
@@ -158,6 +152,7 @@ def export_model(
     hidden_size=0,
     batch: ExampleBatch | None = None,
     program_mode: ProgramMode | str | None = None,
+    convention: Convention | str | None = None,
 ) -> Exported:
     """Export ``model`` (built under fake ``mode``) with symbolic varlen inputs, traced
     on ``batch`` (default: 29 tokens in 3 documents, T any length), in ``program_mode``
@@ -167,17 +162,21 @@ def export_model(
     stage module, called positionally as ``forward(x, position_ids, cu_seq_lens_q,
     cu_seq_lens_k, max_length_q, max_length_k)``; ``hidden_size`` is the wire ``x``
     is on a later stage (a :class:`~graphcheck.model.boundary.WireShape`, or the width
-    of ``[1, T, H]``), its token dim symbolic like the other inputs' ``T``."""
+    of ``[1, T, H]``), its token dim symbolic like the other inputs' ``T``. Otherwise
+    ``convention`` says how its forward takes them (``None``: detected from its
+    signature)."""
+    batch = batch or ExampleBatch()
+    rules = None
     if stage_input is None:
-        names, wrap = accepted_inputs(model)
+        rules = _convention(model, convention)
+        names, wrap = roles(model, rules, batch.docs)
     else:
         names, wrap = stage_inputs(stage_input), False
-    batch = batch or ExampleBatch()
     if program_mode is not None:
         in_program_mode(model, program_mode)
     traced = ProgramMode.TRAIN if model.training else ProgramMode.EVAL
     start = time.perf_counter()
-    with _forward_over(model, names if wrap else None):
+    with _forward_over(model, names if wrap else None, rules):
         arguments = dict(zip(inspect.signature(model.forward).parameters, names, strict=False))
         program, guards = _export_guarded(model, mode, names, strict, hidden_size, batch)
     hidden = hidden_dim(hidden_size)
@@ -193,13 +192,14 @@ def export_model(
 
 
 @contextlib.contextmanager
-def _forward_over(model: nn.Module, names: tuple[str, ...] | None):
-    """With ``names``, ``model.forward`` taking exactly those inputs, removed again
-    however the export ends: the user's module is left as it was."""
+def _forward_over(model: nn.Module, names: tuple[str, ...] | None, convention):
+    """With ``names``, ``model.forward`` taking exactly those inputs (handed over as
+    ``convention`` says), removed again however the export ends: the user's module is
+    left as it was."""
     if names is None:
         yield
         return
-    model.forward = _explicit_forward(model, names)
+    model.forward = bind(model, convention, names)
     try:
         yield
     finally:

@@ -7,7 +7,7 @@ Two halves, as ccache's direct mode has them:
   directory (reports print source paths relative to it), ``PYTHONPATH`` (where imports
   look), the content of every file an option names (the model's ``file.py``, an ``hf:``
   ``config.json``, the kernels file, a stage builder's file), the Python, graphcheck,
-  torch and transformers versions, and a hash of graphcheck's own source files
+  torch, transformers and torchtitan versions, and a hash of graphcheck's own source files
   (:func:`source_hash`: the version string does not change while graphcheck is
   developed);
 * the **dependencies** (:func:`dependencies`) are recorded after the run, with each
@@ -83,12 +83,13 @@ def source_hash() -> str:
 
 @functools.cache
 def versions() -> dict[str, str]:
-    """Python, graphcheck, torch and transformers versions (``"none"``: not installed),
+    """Python, graphcheck, torch, transformers and torchtitan versions (``"none"``: not
+    installed),
     read from package metadata, without importing the packages."""
     from importlib import metadata
 
     found = {"python": sys.version, "graphcheck": __version__, "source": source_hash()}
-    for name in ("torch", "transformers"):
+    for name in ("torch", "transformers", "torchtitan"):
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

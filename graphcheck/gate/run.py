@@ -135,7 +135,7 @@ from graphcheck.model.boundary import WireShape
 from graphcheck.model.hf import is_hf_spec
 from graphcheck.reporters import progress
 from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
-from graphcheck.stages.builders import StageBuilder
+from graphcheck.stages.builders import StageBuilder, default_builder
 
 __all__ = ["Gate", "gate"]
 
@@ -219,6 +219,7 @@ class Gate:
         self._model: nn.Module | None = None
         self._uncut_runs: dict[tuple, dict] = {}  # (docs, tokens, train) -> run_uncut's result
         self._workdir = tempfile.TemporaryDirectory(prefix="graphcheck-gate-")
+        self._inputs_from = self.explorer.session.convention.name  # as the proof took it
 
     @property
     def model(self) -> nn.Module:
@@ -267,7 +268,8 @@ class Gate:
         if mode is RunMode.GRAPH:
             outcome = self._graph_outcome(plan, batch, clock)
         else:
-            builder = _default_builder(self.spec, stage_builder)
+            convention = self.explorer.session.convention.name
+            builder = _default_builder(self.spec, stage_builder, convention)
             outcome = self._process_outcome(builder, plan, batch, train, clock, static)
             if stage_builder is None and outcome.bytes.status is ByteStatus.BLOCKED:
                 raise GateError(not_pipeline_aware(builder, outcome.bytes.message))
@@ -324,7 +326,7 @@ class Gate:
         state = tensors_of(self.model)
         with self._running():
             with clock("uncut"):
-                returned, uncut = call_model(self.model, batch, self.compared)
+                returned, uncut = call_model(self.model, batch, self.compared, self._inputs_from)
             with clock("staged"):
                 restore(self.model, state)
                 staged, handovers, blocked = self._graph_run(plan, batch)
@@ -381,6 +383,7 @@ class Gate:
             module_file=module_file,
             builder=builder,
             program_mode=session.program_mode,
+            inputs_from=session.convention.name,
             compared=self.compared,
             dtype_plan=session.dtype_plan,
             init=None if self._given is not None else self.init,  # a module: saved initialised
@@ -408,7 +411,7 @@ class Gate:
     def _isolation(self, batch: PackedBatch, state: dict) -> IsolationCheck:
         """The exact isolation tests (:mod:`graphcheck.gate.exact`) on the model in this
         process, every run from the state the packed run started from."""
-        forward = lambda b: call_model(self.model, b, self.compared)[1]  # noqa: E731
+        forward = lambda b: call_model(self.model, b, self.compared, self._inputs_from)[1]  # noqa: E731
         layout = self.explorer.session.layout
         probe = Probe(self.model, forward, layout, state, self.seed, self._batched)
         return isolation_check(probe, batch)
@@ -456,12 +459,13 @@ def _same_all(a: list[torch.Tensor] | None, b: list[torch.Tensor]) -> bool:
     return a is not None and len(a) == len(b) and all(map(same, a, b))
 
 
-def _default_builder(spec: str | None, builder):
-    """The user's stage builder; else ``hf-slice`` for ``hf:`` models, ``keep-index``
-    for the rest (pipeline-aware models)."""
+def _default_builder(spec: str | None, builder, convention: str | None = None):
+    """The user's stage builder; else ``hf-slice`` for ``hf:`` models, the builder of
+    the model's input convention (``torchtitan``), ``keep-index`` for the rest
+    (pipeline-aware models)."""
     if builder is not None:
         return builder
-    return "hf-slice" if spec is not None and is_hf_spec(spec) else "keep-index"
+    return default_builder(spec is not None and is_hf_spec(spec), convention)
 
 
 def _check_mode(mode: RunMode | str, builder, train: bool, compared: Compared) -> RunMode:

@@ -53,6 +53,7 @@ from graphcheck.gate.report import IsolationCheck
 from graphcheck.gate.tensors import check_initialised, initialise, restore, tensors_of
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.model.conventions import call, detect
 from graphcheck.model.dtype import DtypePlan
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import Layout
@@ -96,6 +97,7 @@ class Recipe:
     module_file: str | None = None  # a model given as an object, saved whole
     builder: str | Callable | None = None  # builtin name, file.py:fn or a function
     program_mode: str = "train"  # the proof's: model.train() or model.eval()
+    inputs_from: str | None = None  # the model's input convention (graphcheck.model.conventions)
     compared: Compared = field(default_factory=Compared)  # returned, --head or --output-fqn
     dtype_plan: DtypePlan = field(default_factory=DtypePlan)  # --dtype: build dtype, fp32 kept
     init: str | None = None  # the init method called after the factory (gate.tensors)
@@ -213,16 +215,19 @@ def loss_of(logits: torch.Tensor, seed: int) -> torch.Tensor:
     return (logits.float() * weights).sum()
 
 
-def _outputs(model: nn.Module, batch: PackedBatch, compared: Compared):
+def _outputs(model: nn.Module, batch: PackedBatch, compared: Compared, inputs_from=None):
     """The tensors ``model`` returns on ``batch`` and the one ``compared`` reads."""
-    names, _ = accepted_inputs(model)
+    convention = detect(model, inputs_from)
+    names, _ = accepted_inputs(model, convention, batch.docs)
     with compared.reading(model) as read:
-        out = model(**batch.inputs(names))
+        out = call(model, convention, batch.inputs(names))
         return tensor_leaves(out), read(out)
 
 
-def _forward(model: nn.Module, batch: PackedBatch, compared: Compared) -> torch.Tensor:
-    return _outputs(model, batch, compared)[1]
+def _forward(
+    model: nn.Module, batch: PackedBatch, compared: Compared, inputs_from: str | None = None
+) -> torch.Tensor:
+    return _outputs(model, batch, compared, inputs_from)[1]
 
 
 def _exact_isolation(model: nn.Module, batch: PackedBatch, state: dict, recipe: Recipe,
@@ -230,7 +235,7 @@ def _exact_isolation(model: nn.Module, batch: PackedBatch, state: dict, recipe: 
     """The exact isolation tests (:mod:`graphcheck.gate.exact`) from ``state``, the
     weights and buffers the packed run started from (a model that writes its buffers in
     place must not see its own earlier runs); with ``train`` the gradient tests too."""
-    forward = lambda b: _forward(model, b, recipe.compared)  # noqa: E731
+    forward = lambda b: _forward(model, b, recipe.compared, recipe.inputs_from)  # noqa: E731
     probe = Probe(model, forward, recipe.layout, state, recipe.seed, recipe.batched)
     with torch.no_grad():
         check = _call(lambda: isolation_check(probe, batch), "the model")
@@ -264,15 +269,19 @@ def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = Fa
     compared = recipe.compared
     with cpu_kernels(), patched(model, _stand_ins(recipe)):
         with torch.no_grad():
-            returned, logits = _call(lambda: _outputs(model, batch, compared), "the model")
+            returned, logits = _call(
+                lambda: _outputs(model, batch, compared, recipe.inputs_from), "the model"
+            )
         isolation = _exact_isolation(model, batch, state, recipe, train)
         result = {"logits": logits, "returned": returned, "isolation": isolation}
         result["checkpoint"] = checkpoint
         if train:
-            out = _call(lambda: _forward(model, batch, compared), "the model")
+            out = _call(lambda: _forward(model, batch, compared, recipe.inputs_from), "the model")
             _call(lambda: _sgd_step(model, loss_of(out, recipe.seed)), "the model's backward")
             with torch.no_grad():
-                result["after"] = _call(lambda: _forward(model, batch, compared), "the model")
+                result["after"] = _call(
+                    lambda: _forward(model, batch, compared, recipe.inputs_from), "the model"
+                )
             result["params"] = _named_params(model)
     return result
 

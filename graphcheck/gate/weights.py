@@ -42,6 +42,7 @@ from graphcheck.gate.messages import kernel_message
 from graphcheck.gate.output import Compared
 from graphcheck.gate.runner import logits_of, tensor_leaves
 from graphcheck.gate.tensors import check_initialised, initialise
+from graphcheck.model.conventions import call, detect
 from graphcheck.model.dtype import DtypePlan
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.load import (
@@ -199,14 +200,19 @@ def graph_tensors(program: Program, outputs) -> list[torch.Tensor]:
 
 
 def call_model(
-    model: nn.Module, batch: PackedBatch, compared: Compared | None = None
+    model: nn.Module,
+    batch: PackedBatch,
+    compared: Compared | None = None,
+    inputs_from: str | None = None,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """The tensors the model returns on ``batch`` and the one ``compared`` reads (the
-    returned tensor by default); a raise is a one-line :class:`GateError`."""
-    names, _ = accepted_inputs(model)
+    """The tensors the model returns on ``batch`` (handed over as its input convention
+    says, ``inputs_from`` or detected) and the one ``compared`` reads (the returned
+    tensor by default); a raise is a one-line :class:`GateError`."""
+    convention = detect(model, inputs_from)
+    names, _ = accepted_inputs(model, convention, batch.docs)
     with (compared or Compared()).reading(model) as read:
         try:
-            out = model(**batch.inputs(names))
+            out = call(model, convention, batch.inputs(names))
         except NotImplementedError as err:
             raise GateError(kernel_message("the model", err)) from None
         except Exception as err:

@@ -6,11 +6,14 @@
   transformers attention implementation;
 * :mod:`graphcheck.kernels.standins` - stand-ins for fused kernels, the
   built-in registry, kernels files, and the patching context used during
-  export.
+  export;
+* :mod:`graphcheck.kernels.fakes` - torch fake kernels whose shapes are corrected
+  (varlen attention with the value's head dim), installed on import.
 """
 
 from __future__ import annotations
 
+from graphcheck.kernels import fakes
 from graphcheck.kernels.attention import ATTENTION, register
 from graphcheck.kernels.standins import BUILTIN, StandIn, check_targets, load_kernels, patched
 
@@ -23,3 +26,5 @@ __all__ = [
     "patched",
     "register",
 ]
+
+fakes.install()

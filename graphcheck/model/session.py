@@ -32,6 +32,7 @@ from torch import nn
 from graphcheck.errors import LayoutError, ModelLoadError, UsageError, reworded
 from graphcheck.kernels import BUILTIN, check_targets, load_kernels
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
+from graphcheck.model.conventions import check_name, detect
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
 from graphcheck.model.hf import hf_factory
 from graphcheck.model.layout import detect_layout
@@ -67,7 +68,9 @@ class Session:
     (``--boundary-state``: JSON, a mapping or a :class:`BoundaryState`) overrides the
     model's ``pipeline_boundary_state``. ``dtype`` (``--dtype``) is the default dtype the
     factory runs under: ``bfloat16``, or ``float32`` then cast to bf16 but for the fp32
-    carve-outs (declared, pinned by the model's code, or matching ``allow_fp32``)."""
+    carve-outs (declared, pinned by the model's code, or matching ``allow_fp32``).
+    ``inputs_from`` (``--inputs-from``) names the input convention its forward follows
+    (:mod:`graphcheck.model.conventions`; default: detected from its signature)."""
 
     def __init__(
         self,
@@ -87,12 +90,14 @@ class Session:
         boundary_state: str | Mapping | BoundaryState | None = None,
         dtype: BuildDtype | str = BuildDtype.BFLOAT16,
         allow_fp32: Sequence[str] = (),
+        inputs_from: str | None = None,
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
         self.dtype, self.allow_fp32 = build_dtype(dtype), check_globs(allow_fp32)
         self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
         self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
         self.boundary_state = _state(boundary_state)
+        check_name(inputs_from)
         check_spec(model)  # after the options, as the command line says a bad flag first
         self.mode = fake_mode()
         self.strict = strict
@@ -105,6 +110,7 @@ class Session:
         )
         self.name, self.module = self._build(model)
         check_targets(self.module, self.stand_ins)  # a kernels file's targets, before export
+        self.convention = detect(self.module, inputs_from)  # how forward takes the batch
         self.layout = detect_layout(
             self.module,
             layers,

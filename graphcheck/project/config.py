@@ -24,8 +24,8 @@ file's folder, and ``graphcheck.lock`` lives next to it::
     stage_builder = "keep-index"
 
 A check's keys are the command line's options, spelled as the Python API spells them:
-``set``, ``kernels``, ``stand_ins``, ``stage_builder``, ``allow_fp32``, ``dtype``, ``mode``,
-``boundary_state``, ``layers``, ``inputs``, ``outputs``, ``docs``, ``tokens``,
+``set``, ``kernels``, ``stand_ins``, ``inputs_from``, ``stage_builder``, ``allow_fp32``,
+``dtype``, ``mode``, ``boundary_state``, ``layers``, ``inputs``, ``outputs``, ``docs``, ``tokens``,
 ``token_multiple``, ``strict``; the plans are ``cuts``, ``stages`` and ``layout`` (each one
 plan or a list of them; none: the ``pipeline_layer_ranges`` the model declares). ``select``
 and ``ignore`` list rule codes, at the top level and per check. ``require_stage_programs``
@@ -70,8 +70,8 @@ __all__ = [
 LOCK_NAME = "graphcheck.lock"
 TOP_KEYS = ("checks", "ignore", "require_stage_programs", "select")
 MODEL_KEYS = (
-    "allow_fp32", "boundary_state", "docs", "dtype", "inputs", "kernels", "layers", "mode",
-    "outputs", "set", "stand_ins", "strict", "token_multiple", "tokens",
+    "allow_fp32", "boundary_state", "docs", "dtype", "inputs", "inputs_from", "kernels",
+    "layers", "mode", "outputs", "set", "stand_ins", "strict", "token_multiple", "tokens",
 )  # fmt: skip
 PLAN_KEYS = ("cuts", "layout", "stages")
 CHECK_KEYS = (
@@ -393,6 +393,7 @@ _VALUES: dict[str, Callable] = {
     "docs": _docs,
     "dtype": _choice("bfloat16", "float32"),
     "inputs": _string_list,
+    "inputs_from": _of(str, what="an input convention name, e.g. torchtitan"),
     "kernels": lambda value, folder, where: _path(_of(str, what="a path")(value, folder, where),
                                                   folder, where),
     "layers": _of(str, what="a module path, e.g. model.layers"),

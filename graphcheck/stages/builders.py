@@ -25,6 +25,12 @@ For transformers causal LMs, which are not pipeline-aware
 * ``hf-rebuild`` - a fresh model with the stage's layer count, as inference
   engines build stages.
 
+For torchtitan decoders (:mod:`graphcheck.stages.torchtitan_builder`):
+
+* ``torchtitan`` - torchtitan's own pipeline split (``_split_module``: unkept
+  ``layers`` keys deleted, unkept edge modules set to ``None``), on a model built for
+  the stage; the default for models that follow the ``torchtitan`` input convention.
+
 Anything else is ``path/to/file.py:function`` or ``package.module:function``;
 ``none`` (:data:`NONE`) proves no stage program. With no builder named, graphcheck
 proves them with :func:`default_builder`'s: ``hf-slice`` for ``hf:`` models,
@@ -55,6 +61,7 @@ from graphcheck.errors import GraphcheckError, ModelLoadError, UsageError, one_l
 from graphcheck.model.layout import Layout
 from graphcheck.model.load import copy_fake, resolve_factory
 from graphcheck.stages.hf_builders import hf_rebuild, hf_slice
+from graphcheck.stages.torchtitan_builder import torchtitan_split
 
 __all__ = [
     "BUILTINS",
@@ -140,22 +147,29 @@ BUILTINS = {
     "rebuild": rebuild,
     "hf-slice": _layout_free(hf_slice),
     "hf-rebuild": _layout_free(hf_rebuild),
+    "torchtitan": torchtitan_split,
 }
 # The builtins that need a pipeline-aware model (a stage sets what it does not own to None).
 PIPELINE_AWARE = frozenset({"keep-index", "moduledict", "rebuild"})
 NONE = "none"  # --stage-builder none: prove no stage program
 
 
-def default_builder(hf_spec: bool) -> str:
+def default_builder(hf_spec: bool, convention: str | None = None) -> str:
     """The builder stage programs are proven with when the user names none: ``hf-slice``
-    for an ``hf:`` model (transformers decoders are not pipeline-aware), else
+    for an ``hf:`` model (transformers decoders are not pipeline-aware), the builder of
+    the model's input ``convention`` when it names one (``torchtitan``), else
     ``keep-index`` (the pruning ``get_pp_module_config()`` describes: layers and edge
     modules a stage does not own set to ``None``, global indices kept).
 
-    >>> default_builder(True), default_builder(False)
-    ('hf-slice', 'keep-index')
+    >>> default_builder(True), default_builder(False), default_builder(False, "torchtitan")
+    ('hf-slice', 'keep-index', 'torchtitan')
     """
-    return "hf-slice" if hf_spec else "keep-index"
+    if hf_spec:
+        return "hf-slice"
+    from graphcheck.model.conventions import CONVENTIONS
+
+    row = CONVENTIONS.get(convention) if convention is not None else None
+    return row.stage_builder if row is not None and row.stage_builder else "keep-index"
 
 
 def builder_name(builder: str | StageBuilder) -> str:

@@ -25,7 +25,7 @@ import torch.fx
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program
 from graphcheck.cache.key import dependencies, digest, file_digest, unchanged
-from graphcheck.errors import ExportError, GraphcheckError, reworded
+from graphcheck.errors import ExportError, GraphcheckError, UsageError, reworded
 from graphcheck.kernels import patched
 from graphcheck.model.session import Session, portable
 from graphcheck.stages.build import StageProgram, StageRequest, build_stage, build_stage_fresh
@@ -146,6 +146,11 @@ def _model_files(spec: str) -> dict[str, str | None]:
 def _local_stages(session: Session, builder, name: str | None, spans, widths, progress=None):
     """Each stage built in this process, after the uncut model (not isolated)."""
     if isinstance(builder, str):
+        if getattr(BUILTINS.get(builder), "splits_in_place", False):
+            raise UsageError(
+                f"the {builder} stage builder splits a model built for each stage, and a "
+                "model given as an object is built once: give it as FILE.py:factory"
+            )
         builder = resolve_builder(builder, session.layout)
     stages = []
     for index, layers in enumerate(spans):

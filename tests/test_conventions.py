@@ -1,0 +1,116 @@
+"""The input-convention table: which framework's forward a model has, the override, the
+model's own declaration, and the one line for a forward that fits none."""
+
+from __future__ import annotations
+
+import pytest
+from harness import spec
+from torch import nn
+
+from graphcheck import api
+from graphcheck.errors import UsageError
+from graphcheck.model.conventions import CONVENTIONS, Convention, MaskSource, detect, register
+
+TITAN = spec("conventions:titan_style")
+FORWARDING = spec("conventions:forwarding")
+DECLARED = spec("conventions:declared")
+UNADAPTED = spec("conventions:unadapted")
+
+
+class _HF(nn.Module):
+    def forward(self, input_ids, position_ids=None, cu_seq_lens_q=None): ...
+
+
+class _Kwargs(nn.Module):
+    def forward(self, **kwargs): ...
+
+
+class _Titan(nn.Module):
+    def forward(self, tokens, positions=None, attention_masks=None): ...
+
+    def get_attention_masks(self, positions): ...
+
+
+class _TitanWithoutMasks(nn.Module):
+    def forward(self, tokens, positions=None, attention_masks=None): ...
+
+
+class _Plain(nn.Module):
+    def forward(self, x): ...
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [(_HF, "transformers"), (_Kwargs, "transformers"), (_Titan, "torchtitan")],
+)
+def test_detects_the_convention_from_the_forward(module, name):
+    assert detect(module()).name == name
+
+
+def test_torchtitan_needs_the_mask_method_too():
+    with pytest.raises(UsageError, match="fits no input convention"):
+        detect(_TitanWithoutMasks())
+
+
+def test_the_override_wins_and_needs_what_the_row_needs():
+    assert detect(_Titan(), "transformers").name == "transformers"
+    with pytest.raises(UsageError, match="has no get_attention_masks"):
+        detect(_Kwargs(), "torchtitan")
+    with pytest.raises(UsageError, match="unknown --inputs-from 'titan'"):
+        detect(_Titan(), "titan")
+
+
+def test_a_forward_that_fits_none_is_one_line_naming_the_rows_and_the_flag():
+    with pytest.raises(UsageError) as err:
+        detect(_Plain())
+    message = str(err.value)
+    assert "\n" not in message and "_Plain.forward(x)" in message
+    for word in ("transformers", "torchtitan", "--inputs-from", "graphcheck_inputs"):
+        assert word in message
+
+
+def test_a_registered_row_is_detected():
+    row = Convention("plain", "x", "pos", MaskSource.ARGUMENTS, summary="x")
+    register(row)
+    try:
+        assert detect(_Plain()).name == "plain"
+    finally:
+        del CONVENTIONS["plain"]
+    with pytest.raises(UsageError):
+        detect(_Plain())
+
+
+def test_unadapted_model_exits_2(cli):
+    """(tests/test_bad_inputs.py's table has it too: caught before the export.)"""
+    code, out, err = cli("verify", UNADAPTED, "--cuts", "1")
+    assert code == 2 and out == ""
+    line, *rest = err.splitlines()
+    assert rest == [] and "Traceback" not in err
+    assert line.startswith("graphcheck: error: Unadapted.forward(x) fits no input convention")
+    assert "--inputs-from NAME" in line
+
+
+def test_forwarding_model_needs_the_flag(cli):
+    pytest.importorskip("torchtitan")  # the torchtitan row hands over its VarlenMetadata
+    code, _, err = cli("verify", FORWARDING, "--cuts", "1")
+    assert code == 2 and "unexpected keyword argument 'input_ids'" in err
+    code, out, _ = cli("verify", FORWARDING, "--cuts", "1", "--inputs-from", "torchtitan")
+    assert code == 0 and "verdict: PASS" in out
+
+
+def test_model_declares_its_convention():
+    pytest.importorskip("torchtitan")
+    report = api.verify(DECLARED, cuts=[1], stage_builder="none")
+    assert (report.verdict, report.codes) == ("pass", set())
+    names = {v.node.name for v in report.cut(1).crossing}
+    assert {"cu_seq_lens_q", "max_length_q"} <= names
+
+
+def test_titan_style_stages_by_torchtitans_split():
+    """The default stage builder of a torchtitan-convention model is torchtitan's split."""
+    pytest.importorskip("torchtitan")
+    report = api.verify(TITAN, cuts=[1])
+    proof = report.stage_proof
+    assert (proof.proven, proof.builder, proof.default) == (True, "torchtitan", True)
+    assert report.stage_summary() == "2 stage programs, 0 differences"
+    assert report.verdict == "pass"
