@@ -87,6 +87,11 @@ def test_bodies_that_differ_in_a_constant_an_op_or_a_nested_body_differ():
     assert subgraph_text(body(16, "_0")) != subgraph_text(other)  # an op of the nested body
 
 
+def test_a_tensor_attribute_whose_value_is_not_computed_equals_nothing():
+    unknown = torch.empty(4, device="meta")  # no value: it cannot be compared
+    assert subgraph_text(body(16, "_0", unknown)) != subgraph_text(body(16, "_0", unknown))
+
+
 def bound_body(earlier: int) -> torch.fx.Graph:
     """``nonzero(x).sum()`` whose ``nonzero`` binds an unbacked size, after ``earlier``
     other unbacked sizes were made (export numbers them across the program)."""
