@@ -87,6 +87,11 @@ def test_bodies_that_differ_in_a_constant_an_op_or_a_nested_body_differ():
     assert subgraph_text(body(16, "_0")) != subgraph_text(other)  # an op of the nested body
 
 
+def test_a_tensor_attribute_whose_value_is_not_computed_equals_nothing():
+    unknown = torch.empty(4, device="meta")  # no value: it cannot be compared
+    assert subgraph_text(body(16, "_0", unknown)) != subgraph_text(body(16, "_0", unknown))
+
+
 def bound_body(earlier: int) -> torch.fx.Graph:
     """``nonzero(x).sum()`` whose ``nonzero`` binds an unbacked size, after ``earlier``
     other unbacked sizes were made (export numbers them across the program)."""
@@ -181,9 +186,11 @@ def test_regions_on_every_layer_prove_their_stage_programs_at_every_cut(hop_regi
 
 
 def test_a_region_whose_body_differs_in_one_stage_still_differs(hop_regions):
-    report = hop_regions.verify([2], stage_builder=f"{FILE}:rescaled_region")
+    """The stages that start at layers 1 and 3 number their bodies from 0 and compare
+    equal; the stage holding layer 2, whose body differs by one constant, does not."""
+    report = hop_regions.verify([1, 2, 3], stage_builder=f"{FILE}:rescaled_region")
     found = differences(report)
-    assert [(d.code, d.stage) for d in found] == [("GC301", 1)]
+    assert [(d.code, d.stage) for d in found] == [("GC301", 2)]
     assert found[0].message.startswith("global layer 2: the body of `wrap_with_set_grad_enabled`")
     assert "(%0, 0.5)" in found[0].message and "(%0, 0.25)" in found[0].message
     assert "submod" not in found[0].message  # no generated name

@@ -38,6 +38,7 @@ import hashlib
 import inspect
 import operator
 import re
+import secrets
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -243,7 +244,8 @@ def attribute(module, target: str):
 def attribute_text(module, target: str, readable=str) -> str:
     """A ``get_attr`` of ``module`` by what it holds, never by the name export numbered
     it with: a subgraph (a higher-order op's body, FlexAttention's ``sdpa_mask0``) by
-    its content (:func:`subgraph_text`), a tensor by its value, a pytree spec (a body's
+    its content (:func:`subgraph_text`), a tensor by its value (one whose value is not
+    computed compares equal to nothing: fail closed), a pytree spec (a body's
     ``flat_apply`` argument layout, ``ModIndex0``) by its structure; anything else by its type
     and its name (export's counter of lifted constants left out), so it compares equal
     only under the same name."""
@@ -251,7 +253,10 @@ def attribute_text(module, target: str, readable=str) -> str:
     if isinstance(held, torch.fx.GraphModule):
         return "{" + subgraph_text(held.graph, readable) + "}"
     if isinstance(held, torch.Tensor):
-        return f"tensor:{tensor_value(held).sha}"
+        value = tensor_value(held)
+        if value.sha is None:  # not computed: it cannot be compared, so it never equals
+            return f"tensor:unknown {value.dtype}{list(value.shape)} #{secrets.token_hex(8)}"
+        return f"tensor:{value.sha}"
     if isinstance(held, TreeSpec):  # how a body's flat_apply rebuilds its arguments
         return f"treespec:{_ADDRESS.sub('', str(held))}"
     return f"{type(held).__name__}:{_LIFTED.sub('lifted_tensor', str(target))}"
