@@ -66,6 +66,7 @@ SLOW = (
     "tests/test_flat_residual.py::test_batched_stage_programs_prove_alike",
     "tests/test_flat_residual.py::test_gate_runs_the_batched_twin_alike",
     "tests/test_flat_residual.py::test_gate_trains_the_flat_twin_alike",
+    "tests/test_flat_residual.py::test_gate_stops_a_stage_that_hands_over_another_wire_than",
 )
 FAST = (
     "tests/test_families.py::test_dense_families_pass_at_every_legal_cut[llama]",

@@ -128,6 +128,18 @@ def test_gate_trains_the_flat_twin_alike(cli):
     assert report["bytes"]["status"] == "equal" and report["train"]["status"] == "equal"
 
 
+def test_gate_stops_a_stage_that_hands_over_another_wire_than_the_proofs(cli):
+    builder = spec("flat_residual:batch_dim_stages")
+    code, out, _ = cli("gate", FLAT, "--cuts", "2", "--stage-builder", builder)
+    assert code == 1
+    assert "static proof: FAIL (GC303)" in out and "staged vs uncut: CANNOT RUN" in out
+    assert (
+        "stage 0 hands over [1, 256, 64] at cut 2, but the wire the proof has there is bf16 "
+        "[T, 64] ([256, 64] on this batch)"
+    ) in out
+    assert "agrees with the static proof: FAIL" in out
+
+
 def test_a_second_flat_stream_across_the_cuts_is_gc201(cli):
     code, out, _ = cli("map", spec("flat_residual:second_flat_stream"), "--format", "json")
     report = json.loads(out)
