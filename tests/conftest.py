@@ -74,9 +74,10 @@ SLOW = (
     "tests/test_gate_exact.py::test_every_legal_twin_is_bitwise_isolated[backward_masked]",
     "tests/test_gate.py::test_model_with_none_layer_slots_runs_per_process",
     "tests/test_stage_false_alarms.py::test_token_choice_moe_proves_its_stage_programs",
-    "tests/test_flat_residual.py::test_batched_stage_programs_prove_alike",
+    "tests/test_flat_residual.py::test_stage_programs_prove_alike_at_every_interior_cut",
     "tests/test_flat_residual.py::test_gate_runs_the_batched_twin_alike",
     "tests/test_flat_residual.py::test_gate_trains_the_flat_twin_alike",
+    "tests/test_flat_residual.py::test_gate_stops_a_stage_that_hands_over_another_wire_than",
 )
 FAST = (
     "tests/test_families.py::test_dense_families_pass_at_every_legal_cut[llama]",

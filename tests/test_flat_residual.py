@@ -19,6 +19,8 @@ from harness import spec
 
 from graphcheck.analysis.residual import residual_layout
 from graphcheck.api import Explorer
+from graphcheck.gate.report import ByteStatus
+from graphcheck.gate.run import Gate
 from graphcheck.model.boundary import ResidualLayout, WireShape
 from graphcheck.project.diff import ChangeKind, diff_lock
 from graphcheck.project.lock import FORMAT, ModelState, model_state
@@ -54,16 +56,18 @@ def test_every_cut_is_legal_and_carries_the_residual_of_the_models_layout(maps, 
 
 
 def test_flat_stage_programs_take_and_return_the_flat_wire(explorers):
-    report = explorers["flat"].verify([1, 2, 3])
+    report = explorers["flat"].verify([2])
     assert (report.verdict, report.exit_code, report.diagnostics) == ("pass", 0, [])
-    assert report.stage_proof.proven and len(report.stage_programs) == 4
-    assert [c.state["shape"] for c in report.cuts] == [["T", "64"]] * 3
+    assert report.stage_proof.proven and len(report.stage_programs) == 2
+    assert report.cut(2).state["shape"] == ["T", "64"]
 
 
-def test_batched_stage_programs_prove_alike(explorers):
-    report = explorers["batched"].verify([1, 2, 3])
+@pytest.mark.parametrize("twin", TWINS)
+def test_stage_programs_prove_alike_at_every_interior_cut(explorers, twin):
+    report = explorers[twin].verify([1, 2, 3])
     assert (report.verdict, report.diagnostics, report.stage_proof.proven) == ("pass", [], True)
     assert len(report.stage_programs) == 4
+    assert [c.state["shape"] for c in report.cuts] == [TWINS[twin][1]] * 3
 
 
 def test_plan_balances_both_twins_alike(explorers):
@@ -106,12 +110,12 @@ def test_a_lock_whose_wire_changed_layout_fails_check_locked():
     assert unchanged.changes == []
 
 
-def test_gate_hands_the_flat_wire_over_and_agrees(explorers, cli):
-    code, out, _ = cli("gate", FLAT, "--cuts", "2")
-    assert code == 0
-    assert "cut 2: hands over stage output [256, 64] as bf16 bytes" in out
-    assert "staged vs uncut: EQUAL" in out and "document isolation: BITWISE" in out
-    assert "agrees with the static proof: PASS" in out
+def test_gate_hands_the_flat_wire_over_and_agrees(explorers):
+    report = Gate(FLAT, explorer=explorers["flat"]).run([2])
+    assert (report.verdict, report.exit_code, report.static_verdict) == ("pass", 0, "pass")
+    assert (report.bytes.status, report.isolation.holds) == (ByteStatus.EQUAL, True)
+    assert [(h.cut, h.shape) for h in report.handovers] == [(2, ["256", "64"])]
+    assert report.compared["shape"] == [256, 256]  # logits [T, V], V = T: tokens on axis 0
 
 
 def test_gate_runs_the_batched_twin_alike(cli):
@@ -126,6 +130,18 @@ def test_gate_trains_the_flat_twin_alike(cli):
     report = json.loads(out)
     assert code == 0 and report["verdict"] == "pass"
     assert report["bytes"]["status"] == "equal" and report["train"]["status"] == "equal"
+
+
+def test_gate_stops_a_stage_that_hands_over_another_wire_than_the_proofs(cli):
+    builder = spec("flat_residual:batch_dim_stages")
+    code, out, _ = cli("gate", FLAT, "--cuts", "2", "--stage-builder", builder)
+    assert code == 1
+    assert "static proof: FAIL (GC303)" in out and "staged vs uncut: CANNOT RUN" in out
+    assert (
+        "stage 0 hands over [1, 256, 64] at cut 2, but the wire the proof has there is bf16 "
+        "[T, 64] ([256, 64] on this batch)"
+    ) in out
+    assert "agrees with the static proof: FAIL" in out
 
 
 def test_a_second_flat_stream_across_the_cuts_is_gc201(cli):
