@@ -128,3 +128,15 @@ def test_torchtitans_split_needs_a_model_built_per_stage():
     report = api.verify(titan_style().bfloat16(), cuts=[1])
     assert report.verdict == "pass" and not report.stage_proof.proven
     assert "FILE.py:factory" in report.stage_proof.reason
+
+
+def test_a_row_without_a_batch_dim_is_refused():
+    from graphcheck.analysis.export import accepted_inputs
+    from graphcheck.errors import ExportError
+
+    flat = Convention("flat", "x", "pos", MaskSource.ARGUMENTS, batch_dim=False)
+    with pytest.raises(ExportError, match="without a batch dim"):
+        accepted_inputs(_Plain(), flat)
+    assert accepted_inputs(_Plain(), Convention("plain", "x", "pos", MaskSource.ARGUMENTS)) == (
+        ("input_ids",), False,  # forward(x) takes the tokens first: called positionally
+    )  # fmt: skip
