@@ -114,3 +114,29 @@ def test_titan_style_stages_by_torchtitans_split():
     assert (proof.proven, proof.builder, proof.default) == (True, "torchtitan", True)
     assert report.stage_summary() == "2 stage programs, 0 differences"
     assert report.verdict == "pass"
+
+
+def test_torchtitans_split_needs_a_model_built_per_stage():
+    """The split works in place: a model given as an object (built once) is refused by
+    name, and by default its stage programs are not proven, saying how to prove them."""
+    pytest.importorskip("torchtitan")
+    from graphcheck.model.load import resolve_factory
+
+    titan_style = resolve_factory(TITAN)
+    with pytest.raises(UsageError, match=r"give it as FILE\.py:factory"):
+        api.verify(titan_style().bfloat16(), cuts=[1], stage_builder="torchtitan")
+    report = api.verify(titan_style().bfloat16(), cuts=[1])
+    assert report.verdict == "pass" and not report.stage_proof.proven
+    assert "FILE.py:factory" in report.stage_proof.reason
+
+
+def test_a_row_without_a_batch_dim_is_refused():
+    from graphcheck.analysis.export import accepted_inputs
+    from graphcheck.errors import ExportError
+
+    flat = Convention("flat", "x", "pos", MaskSource.ARGUMENTS, batch_dim=False)
+    with pytest.raises(ExportError, match="without a batch dim"):
+        accepted_inputs(_Plain(), flat)
+    assert accepted_inputs(_Plain(), Convention("plain", "x", "pos", MaskSource.ARGUMENTS)) == (
+        ("input_ids",), False,  # forward(x) takes the tokens first: called positionally
+    )  # fmt: skip

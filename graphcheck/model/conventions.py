@@ -82,7 +82,8 @@ class Convention:
     """One framework's ``forward`` arguments for a packed batch.
 
     ``tokens`` and ``positions`` name the forward's arguments for tokens (``[B, L]``
-    with ``batch_dim``, B = 1 for a packed batch) and positions; with
+    with ``batch_dim``, B = 1 for a packed batch; a row without is refused, as the
+    export takes ``[1, T]`` only) and positions; with
     ``MaskSource.ARGUMENTS`` the forward takes the varlen metadata under graphcheck's
     names, with ``MaskSource.MODEL`` the model's ``masks_method(positions)`` builds
     them and the forward takes them as ``masks_argument``; ``metadata`` makes the
@@ -212,6 +213,11 @@ def _var_keyword(model) -> bool:
 def roles(model, convention: Convention, docs: tuple[int, ...]) -> tuple[tuple[str, ...], bool]:
     """The inputs of the program (graphcheck's names, in table order) and whether the
     forward needs an explicit wrapper (its own parameters are not those, in order)."""
+    if not convention.batch_dim:
+        raise ExportError(
+            f"the {convention.name} input convention takes tokens without a batch dim: "
+            "graphcheck exports the packed batch as [1, T] only"
+        )
     if convention.masks is MaskSource.ARGUMENTS:
         return _argument_roles(model, convention)
     masks = _example_masks(model, convention, docs)
