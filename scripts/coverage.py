@@ -23,8 +23,9 @@ mask its own code reads; the details name it), or ``-`` (not exported).
     .venv/bin/python scripts/coverage.py --write --json docs/coverage.json   # every family
     .venv/bin/python scripts/coverage.py --load docs/coverage.json --only gpt2 --write
 
-``--load FILE`` starts from saved results and re-runs only the ``--only`` families;
-``--write`` replaces the table between ``<!-- coverage:begin -->`` and
+``--load FILE...`` starts from saved results (a later file's result of a family wins) and
+re-runs only the ``--only`` families; a result saved before the attention column says ``not
+re-run`` there. ``--write`` replaces the table between ``<!-- coverage:begin -->`` and
 ``<!-- coverage:end -->`` in README.md and needs a result for every family.
 """
 
@@ -350,11 +351,16 @@ def _progress(r: Result) -> str:
     return f"{r.family}: {r.outcome.value} ({_short(what, 120)}) {r.seconds:.1f} s"
 
 
+NOT_RERUN = "not re-run"  # a result saved before the attention column: its run predates it
+
+
 def load(path: Path) -> dict[str, Result]:
-    """Results saved with ``--json``."""
+    """Results saved with ``--json``; one saved before the attention column says
+    :data:`NOT_RERUN` there."""
     data = json.loads(path.read_text(encoding="utf-8"))
     results = {}
     for item in data["results"]:
+        item.setdefault("attention", NOT_RERUN)
         item["outcome"], item["exported"] = Outcome(item["outcome"]), Exported(item["exported"])
         results[item["family"]] = Result(**item)
     return results
@@ -370,7 +376,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs="+", metavar="TYPE", help="these families only")
     parser.add_argument("--jobs", type=int, default=1, help="families run at once (default 1)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per family")
-    parser.add_argument("--load", type=Path, metavar="FILE", help="start from saved results")
+    parser.add_argument(
+        "--load", type=Path, nargs="+", metavar="FILE",
+        help="start from saved results (a later file's result of a family wins)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="FILE", help="save the results")
     parser.add_argument("--write", action="store_true", help="rewrite README.md's table")
     return parser
@@ -385,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"coverage: not a causal-LM family: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    results = load(args.load) if args.load else {}
+    results = {}
+    for path in args.load or ():
+        results.update(load(path))
 
     def keep(result: Result) -> None:  # a sweep cut short keeps what it has judged
         results[result.family] = result
