@@ -29,6 +29,7 @@ from graphcheck.kernels.attention import (
     register,
     varlen_attention_forward,
 )
+from graphcheck.reporters.markdown import render as render_markdown
 from graphcheck.reporters.text import render_map
 
 REFUSED = {
@@ -103,6 +104,7 @@ def test_the_twin_is_proven_on_the_varlen_kernel_and_says_so(twin):
     record = {"kind": "varlen", "implementation": ATTENTION, "calls": 2}
     assert report.attention == record and report.as_dict()["attention"] == record
     text = render_map(report)
+    assert " · varlen attention · " in render_markdown(report)
     assert "\n  attention: varlen (graphcheck_varlen, 2 calls)\n" in text
 
 
