@@ -252,9 +252,16 @@ def summary(results: Iterable[Result]) -> str:
 
 def markdown(results: Sequence[Result], version: str) -> str:
     """The table: one row per family, with a summary line above it."""
+    stale = sum(r.attention == NOT_RERUN for r in results)
+    note = (
+        f" {stale} rows say `{NOT_RERUN}`: they are from the sweep before the attention "
+        "column and predate graphcheck_varlen's refusals; `make coverage` re-runs them."
+        if stale
+        else ""
+    )
     rows = [
         f"transformers {version}, `graphcheck map hf:<type>` with default options "
-        f"({summary(results)}).",
+        f"({summary(results)}).{note}",
         "",
         "| family | exported | attention | cuts proven | outcome | details |",
         "|---|---|---|---|---|---|",
