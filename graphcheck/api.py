@@ -65,6 +65,7 @@ from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
 from graphcheck.kernels import patched
+from graphcheck.kernels.attention import attention_record
 from graphcheck.model.boundary import WireShape
 from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec
@@ -240,6 +241,14 @@ class Explorer:
         self._setup = time.perf_counter() - start
 
     @property
+    def attention(self) -> dict | None:
+        """The attention the proof runs through, for a transformers model (its config's
+        attention implementation and the attention nodes of the export), else None."""
+        config = getattr(self.session.module, "config", None)
+        implementation = getattr(config, "_attn_implementation", None)
+        return attention_record(implementation, self.program.graph)
+
+    @property
     def num_layers(self) -> int:
         return self.session.layout.num_layers
 
@@ -308,6 +317,7 @@ class Explorer:
         if builder is not None:
             ctx, proof = self._stage_proof(ctx, plan, builder, default=stage_builder is None)
         report = _report(self.session.name, ctx, "verify", start, self.suppression)
+        report.attention = self.attention
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
         report.stage_proof = dataclasses.replace(proof, required=require_stage_programs)
         layout = ctx.program.layout
@@ -365,6 +375,7 @@ class Explorer:
         start = time.perf_counter() - self._take_setup()
         ctx = Context(self.program, self.boundaries, None, self.allow_fp32, hf_spec=self.hf_spec)
         report = _report(self.session.name, ctx, "map", start, self.suppression)
+        report.attention = self.attention
         report.costs = self.costs(doc_length).as_dict()
         return report
 

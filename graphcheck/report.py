@@ -128,6 +128,7 @@ class Report:
     stage_proof: StageProof | None = None  # verify: whether the stage programs were proven
     tokens: dict | None = None  # for which T the proof holds (Exported.tokens)
     program_mode: str = "train"  # the program proven: model.train() or model.eval()
+    attention: dict | None = None  # transformers models: the attention proven (kernels.attention)
     ignored: list[Ignored] = field(default_factory=list)  # --select/--ignore, comments
     unused_ignores: list[UnusedIgnore] = field(default_factory=list)
 
@@ -237,6 +238,7 @@ class Report:
             "nodes": self.nodes,
             **({"costs": self.costs} if self.costs is not None else {}),
             **({"tokens": self.tokens} if self.tokens is not None else {}),
+            **({"attention": self.attention} if self.attention is not None else {}),
             **({"legal_cuts": self.legal_cuts()} if self.mode == "map" else {}),
             "groups": [_group_dict(g) for g in group(self.diagnostics)],
             "ignored": [i.as_dict() for i in self.ignored],

@@ -13,14 +13,19 @@ a timeout) and sorted into one outcome:
   exit 1 when every finding fails closed on an op graphcheck's op table lacks: not proven,
   and not shown wrong either.
 
-``exported`` says whether the export went through, else which step failed.
+``exported`` says whether the export went through, else which step failed. ``attention``
+says which attention the proof ran through: ``varlen`` (graphcheck_varlen, a varlen kernel
+fed the document boundaries; N calls), ``sdpa`` or ``eager`` (the family's own attention),
+``refused`` (graphcheck_varlen would drop what the family passes: a bias, appended keys, a
+mask its own code reads; the details name it), or ``-`` (not exported).
 
     .venv/bin/python scripts/coverage.py --only llama gpt2        # print their rows
     .venv/bin/python scripts/coverage.py --write --json docs/coverage.json   # every family
     .venv/bin/python scripts/coverage.py --load docs/coverage.json --only gpt2 --write
 
-``--load FILE`` starts from saved results and re-runs only the ``--only`` families;
-``--write`` replaces the table between ``<!-- coverage:begin -->`` and
+``--load FILE...`` starts from saved results (a later file's result of a family wins) and
+re-runs only the ``--only`` families; a result saved before the attention column says ``not
+re-run`` there. ``--write`` replaces the table between ``<!-- coverage:begin -->`` and
 ``<!-- coverage:end -->`` in README.md and needs a result for every family.
 """
 
@@ -35,7 +40,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -66,6 +71,7 @@ _BUILD = re.compile(
     r"^factory \S+\(\) raised|invalid config|is invalid|unknown model type|no causal LM"
 )
 _LAYOUT = re.compile(r"found; pass --(layers|inputs|outputs)")
+_REFUSED = "attention refused: "
 _AT = re.compile(r"^\s+at (\S+?):(\d+)")
 _UNKNOWN_OP = re.compile(r"`([^`]+)` is not in graphcheck's op table")
 
@@ -101,6 +107,7 @@ class Result:
     seconds: float = 0.0
     export_seconds: float | None = None
     nodes: int | None = None
+    attention: str = "-"
 
 
 def families() -> list[str]:
@@ -157,6 +164,7 @@ def _judged(family: str, code: int, report: dict, seconds: float) -> Result:
         seconds=round(seconds, 1),
         export_seconds=report.get("export_seconds"),
         nodes=report.get("nodes"),
+        attention=_attention(report.get("attention")),
     )
     if code == 1:
         result.codes = _counts(real or closed)
@@ -168,6 +176,18 @@ def _judged(family: str, code: int, report: dict, seconds: float) -> Result:
         shown = ", ".join(f"{c} ×{n}" for c, n in _counts(closed).items())
         result.reason = f"also fail closed on {_ops(closed)} ({shown})"
     return result
+
+
+def _attention(record: dict | None) -> str:
+    """``varlen ×8``: the attention kind and its calls in the export (``-``: none said).
+
+    >>> _attention({"kind": "varlen", "implementation": "graphcheck_varlen", "calls": 8})
+    'varlen ×8'
+    """
+    if not record:
+        return "-"
+    calls = record.get("calls")
+    return record["kind"] + (f" ×{calls}" if calls is not None else "")
 
 
 def _counts(diagnostics: Sequence[dict]) -> dict[str, int]:
@@ -196,8 +216,9 @@ def _unsupported(
     else:
         exported = Exported.NO
     reason = _WRAPPER.sub("", reason)
+    attention = "refused" if reason.startswith(_REFUSED) else "-"
     return Result(family, Outcome.UNSUPPORTED, exported, code, reason=reason, detail=detail,
-                  seconds=round(seconds, 1))  # fmt: skip
+                  seconds=round(seconds, 1), attention=attention)  # fmt: skip
 
 
 def _error(stderr: str, code: int) -> tuple[str, list[str]]:
@@ -219,21 +240,31 @@ def _error(stderr: str, code: int) -> tuple[str, list[str]]:
 
 
 def summary(results: Iterable[Result]) -> str:
-    """``196 families: 120 all cuts proven, 40 true finding, 36 unsupported``."""
+    """``196 families: 120 all cuts proven, 40 true finding, 36 unsupported; attention: 150
+    varlen, 6 refused, 40 -``."""
     results = list(results)
     counts = Counter(r.outcome for r in results)
     parts = ", ".join(f"{counts[o]} {o}" for o in Outcome)
-    return f"{len(results)} families: {parts}"
+    kinds = Counter(r.attention.split(" ×")[0] for r in results)
+    attention = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    return f"{len(results)} families: {parts}; attention: {attention}"
 
 
 def markdown(results: Sequence[Result], version: str) -> str:
     """The table: one row per family, with a summary line above it."""
+    stale = sum(r.attention == NOT_RERUN for r in results)
+    note = (
+        f" {stale} rows say `{NOT_RERUN}`: they are from the sweep before the attention "
+        "column and predate graphcheck_varlen's refusals; `make coverage` re-runs them."
+        if stale
+        else ""
+    )
     rows = [
         f"transformers {version}, `graphcheck map hf:<type>` with default options "
-        f"({summary(results)}).",
+        f"({summary(results)}).{note}",
         "",
-        "| family | exported | cuts proven | outcome | details |",
-        "|---|---|---|---|---|",
+        "| family | exported | attention | cuts proven | outcome | details |",
+        "|---|---|---|---|---|---|",
     ]
     rows += [_row(r) for r in results]
     return "\n".join(rows) + "\n"
@@ -243,7 +274,8 @@ def _row(r: Result) -> str:
     exported = r.exported.value
     if r.exported is Exported.YES and r.export_seconds is not None:
         exported = f"yes ({r.export_seconds:.1f} s, {r.nodes} nodes)"
-    return f"| `{r.family}` | {exported} | {r.cuts} | {r.outcome.value} | {_details(r)} |"
+    cells = (f"`{r.family}`", exported, r.attention, r.cuts, r.outcome.value, _details(r))
+    return "| " + " | ".join(cells) + " |"
 
 
 def _details(r: Result) -> str:
@@ -304,14 +336,19 @@ def run(family: str, timeout: float) -> Result:
     return classify(family, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
 
 
-def run_all(names: Sequence[str], jobs: int, timeout: float) -> dict[str, Result]:
-    """Every family of ``names``, ``jobs`` at a time; progress on stderr."""
+def run_all(
+    names: Sequence[str], jobs: int, timeout: float, done: Callable[[Result], None] | None = None
+) -> dict[str, Result]:
+    """Every family of ``names``, ``jobs`` at a time; progress on stderr, and each result
+    to ``done`` as it comes in."""
     results: dict[str, Result] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(run, name, timeout): name for name in names}
         for future in as_completed(futures):
             result = future.result()
             results[result.family] = result
+            if done is not None:
+                done(result)
             print(f"[{len(results)}/{len(names)}] {_progress(result)}", file=sys.stderr, flush=True)
     return results
 
@@ -321,11 +358,16 @@ def _progress(r: Result) -> str:
     return f"{r.family}: {r.outcome.value} ({_short(what, 120)}) {r.seconds:.1f} s"
 
 
+NOT_RERUN = "not re-run"  # a result saved before the attention column: its run predates it
+
+
 def load(path: Path) -> dict[str, Result]:
-    """Results saved with ``--json``."""
+    """Results saved with ``--json``; one saved before the attention column says
+    :data:`NOT_RERUN` there."""
     data = json.loads(path.read_text(encoding="utf-8"))
     results = {}
     for item in data["results"]:
+        item.setdefault("attention", NOT_RERUN)
         item["outcome"], item["exported"] = Outcome(item["outcome"]), Exported(item["exported"])
         results[item["family"]] = Result(**item)
     return results
@@ -341,7 +383,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs="+", metavar="TYPE", help="these families only")
     parser.add_argument("--jobs", type=int, default=1, help="families run at once (default 1)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per family")
-    parser.add_argument("--load", type=Path, metavar="FILE", help="start from saved results")
+    parser.add_argument(
+        "--load", type=Path, nargs="+", metavar="FILE",
+        help="start from saved results (a later file's result of a family wins)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="FILE", help="save the results")
     parser.add_argument("--write", action="store_true", help="rewrite README.md's table")
     return parser
@@ -356,8 +401,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"coverage: not a causal-LM family: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    results = load(args.load) if args.load else {}
-    results.update(run_all(args.only or ([] if args.load else known), args.jobs, args.timeout))
+    results = {}
+    for path in args.load or ():
+        results.update(load(path))
+
+    def keep(result: Result) -> None:  # a sweep cut short keeps what it has judged
+        results[result.family] = result
+        if args.json:
+            save(args.json, [results[n] for n in known if n in results], transformers.__version__)
+
+    names = args.only or ([] if args.load else known)
+    results.update(run_all(names, args.jobs, args.timeout, keep))
     ordered = [results[name] for name in known if name in results]
     table = markdown(ordered, transformers.__version__)
     if args.json:

@@ -28,6 +28,8 @@ SLOW = (
     "tests/test_torchtitan.py::test_flex_attention_as_it_stands",
     "tests/test_conventions.py::test_titan_style_stages_by_torchtitans_split",
     "tests/test_families.py::",  # every family at every cut, and their option variants
+    "tests/test_hf_attention.py::test_each_pattern_is_refused_at_export",
+    "tests/test_hf_attention.py::test_gate_agrees_with_the_twin",
     "tests/test_optable.py::test_table_covers_every_op_of_the_family",
     "tests/test_stages.py::test_allows_index_keeping_builders_at_every_cut",
     "tests/test_stages.py::test_allows_rebuild_where_offset_is_a_multiple",

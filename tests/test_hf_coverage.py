@@ -125,7 +125,7 @@ def test_readme_table_has_one_row_per_family_of_the_pinned_transformers():
     assert sorted(names) == sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     assert len(names) == len(set(names))
     outcomes = {str(o) for o in coverage.Outcome}
-    assert all(row[3] in outcomes for row in rows), [r for r in rows if r[3] not in outcomes]
+    assert all(row[4] in outcomes for row in rows), [r for r in rows if r[4] not in outcomes]
 
 
 def test_readme_table_is_the_committed_results():

@@ -46,8 +46,9 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
-from graphcheck.analysis.export_failure import export_error, is_constraint_violation
+from graphcheck.analysis.export_failure import export_error, is_constraint_violation, user_frame
 from graphcheck.analysis.token_multiple import multiple_of, undeclared
+from graphcheck.kernels.attention import AttentionDropped
 from graphcheck.model.conventions import Convention, bind, detect, roles
 from graphcheck.model.load import ProgramMode, default_dtype, in_program_mode
 from graphcheck.varlen import (
@@ -250,7 +251,23 @@ def _export(
     except Exception as err:
         if is_constraint_violation(err) and not auto:
             raise _GuardedError() from err
+        refused = _refusal(err)
+        if refused is not None:  # the attention would drop what the model passes
+            raise refused from err
         raise export_error(err, strict) from err
+
+
+def _refusal(err: BaseException) -> AttentionDropped | None:
+    """The :class:`AttentionDropped` that ``err`` is (or was raised from), with the model
+    line it came from as its detail."""
+    seen: BaseException | None = err
+    while seen is not None and not isinstance(seen, AttentionDropped):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return None
+    frame = user_frame(seen)
+    where = () if frame is None else (f"at {frame.filename}:{frame.lineno} in {frame.name}",)
+    return AttentionDropped(str(seen), where)
 
 
 def _condense(err: BaseException) -> str:

@@ -22,8 +22,9 @@ parsed as JSON when it parses (``8``, ``true``, ``[1, 2]``), else kept as a
 string; ``num_hidden_layers`` on a full config keeps the first entries of its
 ``layer_types``. ``attn_implementation`` picks another attention
 implementation (``eager``, ``sdpa``); by default the model attends through
-``"graphcheck_varlen"`` (:mod:`graphcheck.kernels.attention`). The cache is
-off (``use_cache=False``).
+``"graphcheck_varlen"`` (:mod:`graphcheck.kernels.attention`), which refuses (exit 2,
+naming it) a call passing what it would drop: a family is proven on the attention it
+runs or not at all. The cache is off (``use_cache=False``).
 
 >>> parse_settings(["num_hidden_layers=4", "hidden_act=gelu", "mlp_only_layers=[0]"])
 {'num_hidden_layers': 4, 'hidden_act': 'gelu', 'mlp_only_layers': [0]}

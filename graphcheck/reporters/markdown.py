@@ -62,6 +62,8 @@ def _heading(report: Report) -> str:
     proven = sum(c.verdict == "pass" for c in report.cuts)
     stages = report.stage_summary()  # verify: the verdict line's words on them
     stages = f" · {stages}" if stages else ""
+    attention = report.attention
+    stages += f" · {attention['kind']} attention" if attention else ""
     return (
         f"### {mark} graphcheck {report.mode}: {report.verdict.upper()}\n\n"
         f"{_code(report.model)} · {report.program_mode} mode · {report.num_layers} layers · "

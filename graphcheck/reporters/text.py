@@ -52,7 +52,19 @@ def _header(report: Report) -> list[str]:
         f"{report.num_layers} layers · {report.nodes} nodes · "
         f"export {report.export_seconds:.1f} s · total {report.seconds:.1f} s"
     ]
-    return lines + ([_tokens_line(report.tokens)] if report.tokens else [])
+    lines += [_tokens_line(report.tokens)] if report.tokens else []
+    return lines + ([attention_line(report.attention)] if report.attention else [])
+
+
+def attention_line(attention: dict) -> str:
+    """Which attention the proof ran through.
+
+    >>> attention_line({"kind": "varlen", "implementation": "graphcheck_varlen", "calls": 8})
+    '  attention: varlen (graphcheck_varlen, 8 calls)'
+    """
+    calls = attention.get("calls")
+    counted = f", {calls} call{'s' if calls != 1 else ''}" if calls is not None else ""
+    return f"  attention: {attention['kind']} ({attention['implementation']}{counted})"
 
 
 def _tokens_line(tokens: dict) -> str:
