@@ -14,7 +14,10 @@ where the mixing is proven to stay inside documents:
   and the scatter its inverse, or a selection by a per-token predicate
   scattered back at the same positions (token-choice MoE);
 * a grouped matmul whose group offsets are the counts of the sort that ordered
-  its rows.
+  its rows (``histc`` of the sorted keys, or a one-hot map of the ``topk`` indices
+  the sort flattened, summed over the tokens);
+* ``torchtitan::deterministic_scatter_add`` with a row index expanded over the
+  features: the scatter-back of rows.
 
 Everything else that mixes tokens is a leak.
 """
