@@ -43,8 +43,9 @@ def test_combine_adding_other_tokens_rows_is_a_leak():
     assert all(d.code == "GC401" for d in report.errors)
 
 
-def test_offsets_of_another_routing_are_a_leak():
-    report = _verified("moe_rows:titan_moe_groups_other_routing")
+@pytest.mark.parametrize("fault", ["groups_other_routing", "descending"])
+def test_offsets_that_are_not_the_rows_groups_are_a_leak(fault):
+    report = _verified(f"moe_rows:titan_moe_{fault}")
     assert report.verdict == "fail" and report.codes == {"GC401"}
     assert "grouped matmul whose groups are not those of its rows' sort" in _messages(report)
 
