@@ -687,6 +687,9 @@ def _counts_of_onehot(interp: Interp, node: torch.fx.Node) -> Val | None:
     summed = {norm_dim(d, n) for d in dims}
     if summed != set(range(n - 1)) or bind(node).get("keepdim"):
         return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype not in (torch.int64, torch.int32):
+        return None  # a narrower or floating count may not be exact
     why = "counts of tokens per expert over all documents used as data or kept in a buffer "
     why += "(a load-balancing statistic written in model.train())"
     interp.reasons.setdefault(node, why)
