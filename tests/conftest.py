@@ -24,7 +24,7 @@ SLOW = (
     "tests/test_torchtitan.py::test_llama3_map_judges_every_boundary",
     "tests/test_torchtitan.py::test_verifies_unadapted",
     "tests/test_torchtitan.py::test_gate_equal_bytes_and_bitwise_isolation",
-    "tests/test_torchtitan.py::test_moe_routing_is_not_proven_yet",
+    "tests/test_torchtitan.py::test_moe_routing_is_proven_token_wise",
     "tests/test_torchtitan.py::test_flex_attention_as_it_stands",
     "tests/test_conventions.py::test_titan_style_stages_by_torchtitans_split",
     "tests/test_families.py::",  # every family at every cut, and their option variants

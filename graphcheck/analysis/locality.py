@@ -101,6 +101,7 @@ class Kind(StrEnum):
     PERMDIV = "sort permutation // k"
     SORTED = "sorted keys"
     COUNTS = "counts of sorted keys"
+    ONEHOT = "one-hot map of top-k indices"
     OFFSETS = "group offsets of sorted keys"
     INVERSE = "inverse permutation"
     SELECT = "token-wise selection"  # nonzero of a per-token predicate

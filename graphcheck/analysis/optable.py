@@ -675,10 +675,34 @@ def _renumber(left: list[int]) -> dict[int, int]:
     return {d: i for i, d in enumerate(left)}
 
 
+def _counts_of_onehot(interp: Interp, node: torch.fx.Node) -> Val | None:
+    """``onehot.sum(token dims)`` of a one-hot map of ``topk`` indices: how many tokens
+    chose each expert, bookkeeping for a grouped matmul (``None``: not such a sum)."""
+    src = interp.val(node.args[0]) if node.args else None
+    if src is None or src.kind != Kind.ONEHOT:
+        return None
+    n = len(src.toks)
+    dims = bind(node).get("dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    summed = {norm_dim(d, n) for d in dims}
+    if summed != set(range(n - 1)) or bind(node).get("keepdim"):
+        return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype not in (torch.int64, torch.int32):
+        return None  # a narrower or floating count may not be exact
+    why = "counts of tokens per expert over all documents used as data or kept in a buffer "
+    why += "(a load-balancing statistic written in model.train())"
+    interp.reasons.setdefault(node, why)
+    return Val((None,), Dep.LEAK, leaks=frozenset({node}), kind=Kind.COUNTS, ref=src.ref,
+               extra="one-hot")  # fmt: skip
+
+
 def reduce(interp: Interp, node: torch.fx.Node):
     src = interp.val(node.args[0])
     if src is None:
         return unknown(interp, node)
+    if _base(node) == "sum" and (counts := _counts_of_onehot(interp, node)) is not None:
+        return counts
     n = len(src.toks)
     dims = _reduced_dims(node, n)
     keep = bool(bind(node).get("keepdim", False))

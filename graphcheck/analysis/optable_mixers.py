@@ -14,7 +14,10 @@ where the mixing is proven to stay inside documents:
   and the scatter its inverse, or a selection by a per-token predicate
   scattered back at the same positions (token-choice MoE);
 * a grouped matmul whose group offsets are the counts of the sort that ordered
-  its rows.
+  its rows (``histc`` of the sorted keys, or a one-hot map of the ``topk`` indices
+  the sort flattened, summed over the tokens);
+* ``torchtitan::deterministic_scatter_add`` with a row index expanded over the
+  features: the scatter-back of rows.
 
 Everything else that mixes tokens is a leak.
 """
@@ -37,6 +40,7 @@ from graphcheck.analysis.locality import (
     bind,
     carry,
     has_tokens,
+    is_one,
     meta_toks,
     ndim_of,
     node_vals,
@@ -178,9 +182,62 @@ def grouped_mm(interp: Interp, node: torch.fx.Node) -> Val:
     if rows is None or not rows.token_dims:
         return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([rows, weight]))
     axis = rows.toks[0].axis if rows.toks[0] is not None else ""
-    if offs is None or offs.kind != Kind.OFFSETS or axis != f"P:{offs.ref.name}":
+    if offs is None or offs.kind != Kind.OFFSETS or not _groups_of_sort(node, offs, axis):
         return interp.leak(node, "grouped matmul whose groups are not those of its rows' sort")
     return Val((rows.toks[0], None), **carry([rows, weight]))
+
+
+_VIEWS = {
+    "aten.view.default",
+    "aten.reshape.default",
+    "aten._unsafe_view.default",
+    "aten.view_copy.default",
+    "aten.flatten.using_ints",
+}
+
+
+def _written(node: torch.fx.Node) -> bool:
+    """Some user of ``node`` writes into it in place (its values may differ from the op's)."""
+    for user in node.users:
+        schema = getattr(user.target, "_schema", None)
+        args = schema.arguments if schema is not None else []
+        for arg, value in zip(args, user.args, strict=False):
+            if value is node and arg.alias_info is not None and arg.alias_info.is_write:
+                return True
+    return False
+
+
+def _topk_indices(node) -> torch.fx.Node | None:
+    """The ``topk`` whose indices ``node`` is (through views, none written in place),
+    along its last dim."""
+    while isinstance(node, torch.fx.Node) and op_name(node.target) in _VIEWS:
+        if _written(node):
+            return None
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or op_name(node.target) != "getitem" or _written(node):
+        return None
+    top, which = node.args[0], node.args[1]
+    if not isinstance(top, torch.fx.Node) or op_name(top.target) != "aten.topk.default":
+        return None
+    n = ndim_of(top.args[0])
+    last = n > 0 and norm_dim(bind(top).get("dim", -1), n) == n - 1
+    return top if which == 1 and last else None
+
+
+def _groups_of_sort(node: torch.fx.Node, offs: Val, axis: str) -> bool:
+    """``offs`` are the group boundaries of the rows' ascending sort: the offsets of the
+    sort's own counts, or the counts of a one-hot map of the ``topk`` indices that sort
+    flattened (top-k indices are distinct per token, so both count the same keys)."""
+    if axis == f"P:{offs.ref.name}":
+        return True
+    if offs.extra != "one-hot" or not axis.startswith("P:"):
+        return False
+    sorts = [n for n in node.graph.nodes if n.name == axis[2:]]
+    if len(sorts) != 1 or not op_name(sorts[0].target).startswith(("aten.sort", "aten.argsort")):
+        return False
+    keys = sorts[0].args[0]
+    ascending = not bind(sorts[0]).get("descending", False)
+    return ascending and ndim_of(keys) == 1 and _topk_indices(keys) is offs.ref
 
 
 # --- scans, sorts, selections -----------------------------------------------------------------
@@ -460,7 +517,35 @@ def scatter(interp: Interp, node: torch.fx.Node) -> Val:
     if src.toks[dim] is not None:
         return interp.leak(node, "scatters along the token dimension")
     vals = [interp.val(a) for a in operands]
+    if (top := _onehot(node, dim)) is not None:
+        return Val(src.toks, **carry([src, *vals]), kind=Kind.ONEHOT, ref=top)
     return Val(src.toks, **carry([src, *vals]))
+
+
+_ZEROS = {"aten.zeros_like.default", "aten.zeros.default", "aten.new_zeros.default"}
+
+
+def _onehot(node: torch.fx.Node, dim: int) -> torch.fx.Node | None:
+    """``zeros.scatter(-1, topk_indices, True)``: the one-hot map of the chosen indices
+    (the ``topk`` node), each row holding exactly ``k`` ones."""
+    if op_name(node.target) not in ("aten.scatter.value", "aten.scatter_.value"):
+        return None
+    dst, index, value = node.args[0], node.args[2], node.args[3]
+    n = ndim_of(node)
+    fresh = isinstance(dst, torch.fx.Node) and len(dst.users) == 1  # no other write to it
+    if not fresh or op_name(dst.target) not in _ZEROS:
+        return None
+    direct = isinstance(index, torch.fx.Node) and op_name(index.target) == "getitem"
+    top = _topk_indices(index) if direct else None
+    if top is None or ndim_of(index) != n or dim != n - 1 or (value is not True and value != 1):
+        return None
+    pairs = zip(shape_of(index)[:-1], shape_of(node)[:-1], strict=True)
+    lead = [_same_size(a, b) for a, b in pairs]
+    return top if all(lead) else None
+
+
+def _same_size(a, b) -> bool:
+    return str(a) == str(b)
 
 
 def index_add(interp: Interp, node: torch.fx.Node) -> Val:
@@ -487,6 +572,41 @@ def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
         return interp.leak(node, "scatters rows into the token dimension at positions other than "
                            "those they were gathered from")  # fmt: skip
     return Val(dst.toks, **carry([dst, rows]))
+
+
+def row_scatter_add(interp: Interp, node: torch.fx.Node) -> Val:
+    """``out.scatter_add(0, index, src)`` (``torchtitan::deterministic_scatter_add``,
+    whose kernel is exactly that): with ``index`` a column of row positions expanded
+    over the features, each row ``i`` of ``src`` is added to row ``index[i]`` of
+    ``out`` -- an ``index_add`` of rows, proven like one. Any other index scatters
+    elements along the token dim: a leak."""
+    bound = bind(node)
+    dst, rows = interp.val(bound.get("out")), interp.val(bound.get("src"))
+    column = _expanded_column(bound.get("index"))
+    idx = interp.val(column)
+    if dst is None or rows is None or len(dst.toks) != 2:
+        return unknown(interp, node)
+    if idx is None:
+        if dst.toks[0] is None and not rows.token_dims:
+            return Val(dst.toks, **carry([dst, rows, interp.val(bound.get("index"))]))
+        return interp.leak(node, "scatters elements along the token dimension at positions "
+                           "that are not whole rows")  # fmt: skip
+    return _scatter_rows(interp, node, dst, 0, idx, rows)
+
+
+def _expanded_column(index) -> torch.fx.Node | None:
+    """``col.reshape(-1, 1).expand(-1, D)``: the 1-D ``col`` every column repeats."""
+    if not isinstance(index, torch.fx.Node) or op_name(index.target) != "aten.expand.default":
+        return None
+    base, shape = index.args[0], shape_of(index)
+    base_shape = shape_of(base)
+    if shape is None or base_shape is None or len(shape) != 2 or len(base_shape) != 2:
+        return None
+    if not is_one(base_shape[1]) or op_name(base.target) not in (*_VIEWS, "aten.unsqueeze.default"):
+        return None
+    col = base.args[0]
+    rows_kept = _same_size(shape[0], base_shape[0])  # only the feature dim is stretched
+    return col if rows_kept and ndim_of(col) == 1 else None
 
 
 def index_put(interp: Interp, node: torch.fx.Node) -> Val:
@@ -763,6 +883,7 @@ FAMILIES = [
         scatter,
     ),
     ("aten.index_add.default aten.index_copy.default", index_add),
+    ("torchtitan.deterministic_scatter_add.default", row_scatter_add),
     ("aten.index_put.default aten._unsafe_index_put.default", index_put),
     ("aten.cat.default aten.concat.default", cat),
     ("aten.stack.default", stack),

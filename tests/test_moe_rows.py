@@ -1,0 +1,57 @@
+"""Row provenance through torchtitan-style MoE routing (fixtures/moe_rows.py).
+
+The one-hot routing map of the top-k experts summed over the tokens is the group sizes
+of the ``argsort`` that ordered the routed rows: the grouped matmul applies every row
+its own token's expert, and ``torchtitan::deterministic_scatter_add`` adds each row back
+to its token. The twin passes; a combine at another permutation's tokens and offsets
+counting another router's choices are GC401. Two layers, hidden 64: one export each,
+shared by the module.
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness import explorer, spec
+
+pytest.importorskip("torchtitan")
+
+from graphcheck.gate import Gate
+
+TWIN = "moe_rows:titan_moe"
+
+
+def _verified(name: str):
+    return explorer(name).verify([1])
+
+
+@pytest.fixture(scope="module")
+def twin():
+    return _verified(TWIN)
+
+
+def _messages(report) -> str:
+    return " ".join(d.message for d in report.errors)
+
+
+def test_torchtitan_routing_is_token_wise(twin):
+    assert (twin.verdict, twin.codes) == ("pass", set())
+
+
+def test_combine_adding_other_tokens_rows_is_a_leak():
+    report = _verified("moe_rows:titan_moe_combine_other_rows")
+    assert report.verdict == "fail" and report.codes == {"GC401"}
+    assert all(d.code == "GC401" for d in report.errors)
+
+
+@pytest.mark.parametrize("fault", ["groups_other_routing", "descending"])
+def test_offsets_that_are_not_the_rows_groups_are_a_leak(fault):
+    report = _verified(f"moe_rows:titan_moe_{fault}")
+    assert report.verdict == "fail" and report.codes == {"GC401"}
+    assert "grouped matmul whose groups are not those of its rows' sort" in _messages(report)
+
+
+def test_gate_agrees_with_the_twins_pass(twin):
+    gated = Gate(spec(TWIN), explorer=explorer(TWIN)).run([1], docs=(23, 9, 31, 4), mode="graph")
+    assert gated.static_verdict == twin.verdict == "pass"
+    assert gated.bytes.status == "equal", gated.bytes
+    assert gated.isolation.holds, gated.isolation
