@@ -472,7 +472,7 @@ def _wire_at(ctx: Context, position: int) -> WireShape:
     cut = next(c for c in ctx.cuts if c.position == position)
     node = ctx.wire(cut).boundary or (cut.activations[0] if cut.activations else None)
     shape = ctx.program.shape(node) if node is not None else None
-    wire = WireShape.of(shape)
+    wire = WireShape.of(shape) or _pinned_wire(ctx, shape)
     if wire is None:
         what = f"{node.name} is [{', '.join(shape)}]" if shape else "no value crosses it"
         raise AnalysisError(
@@ -480,6 +480,17 @@ def _wire_at(ctx: Context, position: int) -> WireShape:
             "or [1, T, ...] of fixed trailing dims)"
         )
     return wire
+
+
+def _pinned_wire(ctx: Context, shape: list[str] | None) -> WireShape | None:
+    """The wire of a program whose export fixed T to the example's length (GC401 says
+    documents cannot be tracked there): that length read as ``T``, so the stage programs
+    are still built and compared; ``None`` when T is symbolic or not in ``shape``."""
+    tokens = str(sum(ctx.program.exported.batch.docs))
+    if shape is None or not ctx.program.untracked or tokens not in shape[:2]:
+        return None
+    at = shape.index(tokens)
+    return WireShape.of([*shape[:at], "T", *shape[at + 1 :]])
 
 
 def _state(ctx: Context, cut) -> dict | None:
