@@ -61,6 +61,7 @@ from torch.nn.attention.varlen import varlen_attn
 
 from graphcheck.errors import ExportError
 from graphcheck.kernels import custom_ops as ops
+from graphcheck.varlen import INPUTS, Structure
 
 __all__ = [
     "ATTENTION",
@@ -75,7 +76,7 @@ __all__ = [
 
 ATTENTION = "graphcheck_varlen"
 # keywords the implementation reads, or that carry no computation (flags)
-_VARLEN = {"cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "position_ids"}
+_VARLEN = {row.name for row in INPUTS if row.structure is not Structure.TOKENS}  # honoured
 _FLAGS = {"is_causal", "output_attentions", "use_cache", "return_dict", "deterministic"}
 _HINT = (
     "the analysis would prove another program; for an hf: model, --set "

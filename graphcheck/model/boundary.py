@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from graphcheck.errors import LayoutError, UsageError
+from graphcheck.varlen import WireShape
 
 __all__ = [
     "BoundaryState",
@@ -55,72 +56,6 @@ __all__ = [
 
 _KEYS = ("rank", "dtype", "shape_suffix", "state")
 _WHERE = 'get_pp_module_config()["pipeline_boundary_state"]'
-
-
-@dataclass(frozen=True)
-class WireShape:
-    """The shape of the one tensor a cut hands over: the token dim ``T`` (after a batch
-    dim of 1 when ``batched``), then the fixed trailing dims ``suffix``.
-
-    >>> flat = WireShape((64,), batched=False)
-    >>> flat.dims, flat.rank, flat.token_dim, flat.sizes(29), flat.text
-    (['T', '64'], 2, 0, (29, 64), '[T, 64]')
-    >>> WireShape.of(["1", "T", "4", "64"])
-    WireShape(suffix=(4, 64), batched=True)
-    >>> WireShape.of(["T", "T"]), WireShape.of(["2", "T", "64"]), WireShape.of(["T"])
-    (None, None, None)
-    """
-
-    suffix: tuple[int, ...]
-    batched: bool = True
-
-    @classmethod
-    def of(cls, shape: Sequence[str] | None) -> WireShape | None:
-        """The wire a value shaped ``shape`` (as the analysis prints shapes) is: ``[T,
-        d...]`` or ``[1, T, d...]`` with fixed ``d``; ``None`` for any other shape."""
-        dims = list(shape or ())
-        lead = 1 if dims[:2] == ["1", "T"] else 0
-        rest = dims[lead + 1 :]
-        if dims[lead : lead + 1] != ["T"] or not rest or not all(d.isdigit() for d in rest):
-            return None
-        return cls(tuple(int(d) for d in rest), batched=bool(lead))
-
-    @classmethod
-    def coerce(cls, value: WireShape | int | Sequence[int] | None) -> WireShape | None:
-        """``value`` as a wire: a width ``H`` or a suffix is the batched ``[1, T, ...]``
-        (what stage inputs were before the flat layout), ``0`` or ``None`` no wire."""
-        if value is None or isinstance(value, WireShape):
-            return value
-        if isinstance(value, int):
-            return cls((value,)) if value else None
-        return cls(tuple(value))
-
-    @property
-    def rank(self) -> int:
-        return len(self.suffix) + (2 if self.batched else 1)
-
-    @property
-    def token_dim(self) -> int:
-        return 1 if self.batched else 0
-
-    @property
-    def dims(self) -> list[str]:
-        """The shape as the analysis prints it (``['1', 'T', '64']``)."""
-        return [*(["1"] if self.batched else []), "T", *map(str, self.suffix)]
-
-    @property
-    def text(self) -> str:
-        return f"[{', '.join(self.dims)}]"
-
-    def sizes(self, tokens: int) -> tuple[int, ...]:
-        """The real shape of the wire of a batch of ``tokens`` tokens."""
-        return (*((1,) if self.batched else ()), tokens, *self.suffix)
-
-    def matches(self, shape: Sequence[str] | None) -> bool:
-        return list(shape or ()) == self.dims
-
-    def as_dict(self) -> dict:
-        return {"rank": self.rank, "shape": self.dims}
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from graphcheck.errors import ExportError, UsageError
+from graphcheck.varlen import INPUTS, Structure, model_inputs
 
 __all__ = [
     "CONVENTIONS",
@@ -65,8 +66,11 @@ __all__ = [
 ]
 
 # graphcheck's names for the inputs (graphcheck.varlen's rows), in table order
-_TOKENS, _POSITIONS = "input_ids", "position_ids"
-_METADATA = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+_TOKENS, _POSITIONS = model_inputs()[:2]  # the token ids, the positions
+# the varlen metadata a mask stands for: the document boundaries and the longest document
+_METADATA = tuple(
+    r.name for r in INPUTS if r.structure in (Structure.BOUNDARIES, Structure.MAX_LENGTH)
+)
 _ATTRIBUTE = "graphcheck_inputs"  # a model's own choice of row
 
 
