@@ -66,6 +66,11 @@ def test_a_reduction_over_features_is_token_wise_and_over_tokens_leaks():
     assert "GC401" in graphcheck.cut_map(spec("locality:token_mean")).codes
 
 
+def test_a_diff_over_features_is_token_wise_and_over_tokens_leaks():
+    assert graphcheck.cut_map(spec("locality:feature_diff")).codes == set()
+    assert "GC401" in graphcheck.cut_map(spec("locality:token_diff")).codes
+
+
 def test_complex_views_and_polar_are_token_wise():
     # complex rotary embeddings: view_as_complex / polar / view_as_real keep each token's pairs
     assert graphcheck.cut_map(spec("locality:complex_rotation")).codes == set()

@@ -267,6 +267,20 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
     return interp.leak(node, "prefix sum over the token dimension crosses document boundaries")
 
 
+def diff(interp: Interp, node: torch.fx.Node) -> Val:
+    """``diff``: over a feature dim token-wise; over T each token minus its neighbour,
+    which at a document start is the previous document's last token. A ``prepend`` or
+    ``append`` is not followed (unknown: fails closed)."""
+    src = _src(interp, node)
+    bound = bind(node)
+    if src is None or bound.get("prepend") is not None or bound.get("append") is not None:
+        return unknown(interp, node)
+    dim = norm_dim(bound.get("dim", -1), len(src.toks))
+    if src.toks[dim] is None:
+        return src.with_(kind=None, guard=None, tri=None)
+    return interp.leak(node, "difference of neighbouring tokens (diff over T) crosses documents")
+
+
 def sort(interp: Interp, node: torch.fx.Node):
     """Sorting along T reorders rows: the values keep their dependence in the sort's
     row order; the permutation is bookkeeping, to be inverted."""
@@ -866,6 +880,7 @@ FAMILIES = [
     ),
     ("aten._grouped_mm.default", grouped_mm),
     ("aten.cumsum.default aten.cumprod.default aten.logcumsumexp.default", scan),
+    ("aten.diff.default", diff),
     ("aten.sort.default aten.sort.stable aten.argsort.default aten.argsort.stable", sort),
     ("aten.topk.default aten.kthvalue.default", topk),
     ("aten.nonzero.default aten.argwhere.default", nonzero),
