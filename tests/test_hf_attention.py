@@ -30,7 +30,7 @@ from graphcheck.kernels.attention import (
     varlen_attention_forward,
 )
 from graphcheck.reporters.markdown import render as render_markdown
-from graphcheck.reporters.text import render_map
+from graphcheck.reporters.text import render
 
 REFUSED = {
     "score_bias_on_mask": "the model's own code adds a tensor to the attention mask",
@@ -103,7 +103,7 @@ def test_the_twin_is_proven_on_the_varlen_kernel_and_says_so(twin):
     assert report.verdict == "pass" and report.legal_cuts() == [0, 1, 2]
     record = {"kind": "varlen", "implementation": ATTENTION, "calls": 2}
     assert report.attention == record and report.as_dict()["attention"] == record
-    text = render_map(report)
+    text = render(report)
     assert " · varlen attention · " in render_markdown(report)
     assert "\n  attention: varlen (graphcheck_varlen, 2 calls)\n" in text
 
