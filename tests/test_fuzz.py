@@ -11,8 +11,8 @@ when the static verdict is PASS, ``graphcheck gate`` runs it on real bf16 weight
 must show equal bytes (staged against uncut) and exact document isolation (no changed
 bit under the gate's perturb and shift tests, :mod:`graphcheck.gate.exact`).
 
-``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples of ``make test`` (default 10,
-about 30 s), ``GRAPHCHECK_FUZZ_SLOW_EXAMPLES`` those of ``make test-slow`` (default 40);
+``GRAPHCHECK_FUZZ_EXAMPLES`` sets the number of examples of ``make test`` (default 6,
+about 20 s), ``GRAPHCHECK_FUZZ_SLOW_EXAMPLES`` those of ``make test-slow`` (default 40);
 ``GRAPHCHECK_FUZZ_SHRINK=1`` lets hypothesis shrink a failure to a minimal recipe
 (slow: every step is an export). ``benchmarks/fuzz.py`` runs many examples and lists
 every disagreement instead of stopping at the first.
@@ -36,7 +36,7 @@ from graphcheck.errors import GraphcheckError
 from graphcheck.gate import Gate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "6"))
 SLOW_EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_SLOW_EXAMPLES", "40"))  # make test-slow
 SHRINK = bool(os.environ.get("GRAPHCHECK_FUZZ_SHRINK"))
 # the gate's mode: "processes" (the uncut model and every stage each built in a fresh
