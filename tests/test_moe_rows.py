@@ -55,3 +55,22 @@ def test_gate_agrees_with_the_twins_pass(twin):
     assert gated.static_verdict == twin.verdict == "pass"
     assert gated.bytes.status == "equal", gated.bytes
     assert gated.isolation.holds, gated.isolation
+
+
+def test_counts_only_accumulated_for_the_optimizer_pass_with_a_warning():
+    """torchtitan's ``tokens_per_expert.add_(counts)`` in ``model.train()``: a buffer no
+    forward reads holds the counts of all documents. The verdict stands (no output of the
+    forward depends on other documents); GC404 names the buffer, a warning."""
+    report = _verified("moe_rows:titan_moe_load_counts")
+    assert (report.verdict, report.errors) == ("pass", [])
+    [warning] = [d for d in report.diagnostics if d.code == "GC404"]
+    assert warning.severity == "warning"
+    assert "buffer model.layers.1.mixer.tokens_per_expert accumulates" in warning.message
+
+
+def test_counts_the_router_reads_back_are_a_leak():
+    """The same buffer subtracted from the router's scores: the next forward routes its
+    tokens by this one's documents. GC401 at the counting, no GC404."""
+    report = _verified("moe_rows:titan_moe_load_bias")
+    assert report.verdict == "fail" and report.codes == {"GC401"}
+    assert "counts of tokens per expert over all documents" in _messages(report)

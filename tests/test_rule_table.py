@@ -47,6 +47,7 @@ TABLE = [
     Row("GC401", "violations:ignores_cu_seqlens", 4, "violations:sdpa_doc_mask"),
     Row("GC402", "violations:arange_positions", 4, "reference:reference"),
     Row("GC403", "violations:length_guard", 4, "reference:reference"),
+    Row("GC404", "moe_rows:titan_moe_load_counts", 1, "moe_rows:titan_moe"),
     Row("GC501", "violations:fp32_param", 4, "violations:fp32_allowlisted"),
 ]
 

@@ -19,6 +19,7 @@ from graphcheck.gate.run import gate
 from graphcheck.rules import MISMATCH_CODES
 
 LLAMA3 = spec("torchtitan_models:llama3")
+MOE = {"deepseek_v3", "qwen3_moe"}  # the debug flavours with MoE layers
 
 
 def _verified(name: str):
@@ -64,14 +65,23 @@ def test_llama3_map_judges_every_boundary():
     assert all(c.verdict == "pass" for c in report.cuts)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "deepseek_v3_dense"])
+@pytest.mark.parametrize("name", ["qwen3", "deepseek_v3", "deepseek_v3_dense", "qwen3_moe"])
 def test_verifies_unadapted(name):
+    """Verified at cut 1 with torchtitan's own stages, and every boundary of the map is
+    legal. The MoE models in ``model.train()`` add the tokens per expert of all
+    documents into ``tokens_per_expert_E``, a buffer no forward reads (the optimizer
+    hook's load-balancing statistic): the GC404 warning, and no error."""
     report = _verified(name)
-    assert (report.verdict, report.codes) == ("pass", set())
+    assert (report.verdict, report.errors) == ("pass", [])
     _staged_by_torchtitan(report)
+    assert report.codes == ({"GC404"} if name in MOE else set())
+    warned = [d.message for d in report.diagnostics if d.code == "GC404"]
+    assert all(".moe.tokens_per_expert_E accumulates" in m for m in warned), warned
+    mapped = api.cut_map(spec(f"torchtitan_models:{name}"))
+    assert [(c.position, c.verdict) for c in mapped.cuts] == [(0, "pass"), (1, "pass"), (2, "pass")]
 
 
-@pytest.mark.parametrize("name", ["llama3", "qwen3", "deepseek_v3_dense"])
+@pytest.mark.parametrize("name", ["llama3", "qwen3", "deepseek_v3", "deepseek_v3_dense"])
 def test_gate_equal_bytes_and_bitwise_isolation(name):
     result = gate(spec(f"torchtitan_models:{name}"), [1])
     assert result.exit_code == 0
@@ -83,21 +93,10 @@ def test_gate_equal_bytes_and_bitwise_isolation(name):
 def test_moe_routing_is_proven_token_wise():
     """torchtitan's MoE routing (argsort dispatch, tokens per expert from the one-hot
     routing map, the grouped matmul, ``torchtitan::deterministic_scatter_add``) is proven
-    row by row: ``model.eval()`` passes. ``model.train()`` also adds the tokens per
-    expert of all documents into the ``tokens_per_expert_E`` buffer (the load-balancing
-    statistic the next step reads): state that depends on every document, GC401 there
-    and nowhere else. The stage programs are torchtitan's split all the same."""
+    row by row, in ``model.eval()`` with no finding at all."""
     for name in ("deepseek_v3", "qwen3_moe"):
         evaluated = api.verify(spec(f"torchtitan_models:{name}"), cuts=[1], program_mode="eval")
         assert (evaluated.verdict, evaluated.codes) == ("pass", set())
-        report = _verified(name)
-        assert report.verdict == "fail" and report.codes == {"GC401"}
-        _staged_by_torchtitan(report)
-        reasons = {d.message.split(":")[0] for d in report.errors if d.code == "GC401"}
-        assert reasons == {
-            "counts of tokens per expert over all documents used as data or kept in a "
-            "buffer (a load-balancing statistic written in model.train())"
-        }
 
 
 def test_flex_attention_as_it_stands():

@@ -691,7 +691,7 @@ def _counts_of_onehot(interp: Interp, node: torch.fx.Node) -> Val | None:
     if not isinstance(val, torch.Tensor) or val.dtype not in (torch.int64, torch.int32):
         return None  # a narrower or floating count may not be exact
     why = "counts of tokens per expert over all documents used as data or kept in a buffer "
-    why += "(a load-balancing statistic written in model.train())"
+    why += "a forward reads"
     interp.reasons.setdefault(node, why)
     return Val((None,), Dep.LEAK, leaks=frozenset({node}), kind=Kind.COUNTS, ref=src.ref,
                extra="one-hot")  # fmt: skip

@@ -44,6 +44,8 @@ class Program:
     backward: list[tuple[torch.fx.Node, torch.fx.Node]] = field(default_factory=list)
     leaks: dict[torch.fx.Node, str] = field(default_factory=dict)  # GC401 origins -> reason
     fabricated: dict[torch.fx.Node, str] = field(default_factory=dict)  # GC402 origins
+    # GC404: buffers the forward only accumulates into -> their own leak origins, reasons
+    step_state: dict[torch.fx.Node, dict[torch.fx.Node, str]] = field(default_factory=dict)
     # GC401: the first op over a T the export fixed to a constant (documents untracked)
     untracked: dict[torch.fx.Node, str] = field(default_factory=dict)
     # in-place writes (see passes/link_mutations_pass.py): extra write -> read edges,
@@ -156,6 +158,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
         persisted=mutations.persisted,
         leaks=locality.leaks,
         fabricated=locality.fabricated,
+        step_state=locality.step_state,
         untracked=locality.untracked,
     )
     _check_layers_seen(program)

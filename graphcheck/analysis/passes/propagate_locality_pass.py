@@ -17,6 +17,14 @@ value outlives the call):
 Only origins that reach an output count: mixing inside dead code or inside
 structural bookkeeping that a document-aware op consumes is not a finding.
 
+A buffer the forward only accumulates into (``tokens_per_expert.add_(counts)``: its old
+value is read by nothing but the writes into it) is step state, handed to whatever runs
+between steps (an optimizer hook) as the gradients are: no output of this call, and no
+later call's forward, reads it. The origins that reach only such buffers are kept apart
+(``step_state``, GC404, a warning); a buffer the forward also reads (last step's value
+routing this step's tokens) is state a later forward computes with, and its origins
+are ``leaks``.
+
 A third fact fails closed where no proof can be built: when the export fixed T to
 the example's length (a model that specialises: ``torch._check(T == 29)``, a Python
 branch on ``x.shape[1] == 29``), no size is symbolic in T and no dimension can be
@@ -34,9 +42,10 @@ import operator
 import torch
 import torch.fx
 
-from graphcheck.analysis.fx import is_view_node, op_name
+from graphcheck.analysis.fx import METADATA_ONLY, is_view_node, op_name
 from graphcheck.analysis.locality import Dep, Interp, Kind, Val, carry, meta_toks
 from graphcheck.analysis.passes.base import NodePass
+from graphcheck.analysis.passes.link_mutations_pass import written_arguments
 from graphcheck.analysis.transfer import transfer
 from graphcheck.varlen import BY_NAME, Structure
 
@@ -67,6 +76,8 @@ class PropagateLocalityPass(NodePass, Interp):
         self.alias_root: dict[torch.fx.Node, torch.fx.Node] = {}  # view or write -> storage root
         self.stored: dict[torch.fx.Node, list] = {}  # root -> [(position, written value)]
         self.leaks: dict[torch.fx.Node, str] = {}
+        # accumulated-only buffer -> the leak origins that reach only it, with reasons
+        self.step_state: dict[torch.fx.Node, dict[torch.fx.Node, str]] = {}
         self.fabricated: dict[torch.fx.Node, str] = {}
         self.fixed_length: int | None = None  # T when the export made it a constant
         self.untracked: dict[torch.fx.Node, str] = {}  # the first op over a fixed T
@@ -133,9 +144,20 @@ class PropagateLocalityPass(NodePass, Interp):
     def output(self, node: torch.fx.Node) -> None:
         for arg in node.all_input_nodes:
             self.collect(arg)
+        state: dict[torch.fx.Node, list[torch.fx.Node]] = {}
         for written in self.writes:
-            if _root(written).op == "placeholder":  # state that outlives the call
-                self.collect(written)
+            root = _root(written)
+            if root.op != "placeholder":
+                continue
+            if root.name in self.inputs or not _accumulated_only(root):
+                self.collect(written)  # state that outlives the call, read by a forward
+            else:
+                state.setdefault(root, []).append(written)
+        for root, writes in state.items():
+            origins = {o for w in writes for v in _flat(self.vals.get(w)) for o in v.leaks}
+            kept = {o: self.reasons.get(o, "mixes tokens") for o in origins - set(self.leaks)}
+            if kept:
+                self.step_state[root] = kept
 
     def collect(self, node: torch.fx.Node) -> None:
         """Record the leak and fabrication origins that reach ``node``'s value."""
@@ -177,6 +199,24 @@ def _root(node: torch.fx.Node) -> torch.fx.Node:
         if node.op == "call_function" and node.target is operator.getitem:
             node = node.args[0]
     return node
+
+
+def _accumulated_only(root: torch.fx.Node) -> bool:
+    """Whether the storage of placeholder ``root`` is read by nothing but the in-place
+    writes into it (through views of it; shape queries aside): its old value flows only
+    back into itself, and nothing of this call reads what it holds."""
+    todo, seen = [root], set()
+    while todo:
+        alias = todo.pop()
+        for user in alias.users:
+            if user in seen or op_name(user.target) in METADATA_ONLY:
+                continue
+            seen.add(user)
+            if is_view_node(user) and user.args and user.args[0] is alias:
+                todo.append(user)
+            elif not any(_root(w) is root for w in written_arguments(user)) or user.users:
+                return False  # read by an op that does not write it back, or passed on
+    return True
 
 
 def _mutated_placeholders(graph: torch.fx.Graph) -> set[torch.fx.Node]:
