@@ -9,6 +9,7 @@ module imports has no cycle.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -83,7 +84,9 @@ def _layer(module: str) -> int:
     return next(i for i, layer in enumerate(LAYERS) if best in layer)
 
 
+@functools.cache
 def _graph() -> nx.DiGraph:
+    """The import graph of the package (parsed once per session; callers only read it)."""
     modules = _modules()
     graph = nx.DiGraph()
     for name, path in modules.items():
