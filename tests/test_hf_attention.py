@@ -270,3 +270,17 @@ def test_gate_agrees_with_the_twin_and_refuses_what_static_refuses():
     assert (report.verdict, report.static_verdict) == ("pass", "pass")
     with pytest.raises(AttentionDropped, match="keys over T \\+ 4 tokens"):
         gate(spec("hf_attention:memory_keys"), [1], mode="graph")
+
+
+def test_flex_attention_chosen_by_the_family_exports_and_fails_closed():
+    """``attn_implementation=flex_attention``: torch's ``create_block_mask(...,
+    _compile=True)`` calls the one-block stand-in by position; the export goes through,
+    the attention recorded is the family's flex attention, and transformers' packed mask
+    (document ids from ``diff(positions, prepend=...)``) is not proven: GC401, not an
+    export error."""
+    report = Explorer(
+        "hf:llama", settings={"attn_implementation": "flex_attention", "num_hidden_layers": 2}
+    ).verify([1])
+    assert report.attention["implementation"] == "flex_attention"
+    assert report.verdict == "fail" and {d.code for d in report.errors} == {"GC401"}
+    assert any("`aten.diff.default`" in d.message for d in report.errors)

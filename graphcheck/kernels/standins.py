@@ -101,8 +101,10 @@ def causal_conv1d_fn(
     return ops.causal_conv1d(x, weight, bias, cu_seqlens, activation)
 
 
-def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", **kwargs):
-    """``create_block_mask`` as one partial block covering the whole score matrix:
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", *args, **kwargs):
+    """``create_block_mask`` as one partial block covering the whole score matrix (the
+    block size and compile options, by position or keyword, are not needed for one block:
+    torch's own ``create_block_mask(..., _compile=True)`` calls this by position):
     ``mask_mod`` is applied to every query-key pair, so the attention is the same as
     with the block-sparse mask (which only skips blocks the mask_mod rejects whole and
     skips the mask_mod on blocks it accepts whole). Counting blocks over a symbolic T
