@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import warnings
 
 from graphcheck._version import __version__
@@ -782,6 +783,31 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+class _CtrlC:
+    """The SIGINT handler of a run: raises :class:`KeyboardInterrupt` as Python's own does,
+    and remembers the press, so that a library catching and dropping the interrupt (a
+    broad ``except`` inside a tracer) cannot turn Ctrl-C into a finished run."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def __call__(self, signum, frame) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Handle SIGINT while the block runs (in the main thread, where handlers live)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -790,7 +816,10 @@ def _main(argv: list[str] | None) -> int:
             sys.stdout.write(_rules(args.code))
             return 0
         _check_arguments(args)
-        rendered, code = _cached_run(args)
+        with _CtrlC().installed() as ctrl_c:
+            rendered, code = _cached_run(args)
+        if ctrl_c.pressed:  # pressed, and the interrupt swallowed on the way: still Ctrl-C
+            raise KeyboardInterrupt
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.write(rendered)

@@ -178,6 +178,26 @@ def test_ctrl_c_during_the_export_is_one_line_and_130():
     assert "graphcheck: export ..." in lines
 
 
+def test_ctrl_c_swallowed_by_a_library_still_ends_the_run_130(monkeypatch, capsys):
+    """A tracer that catches the interrupt and goes on (a broad ``except``) finishes the
+    run; the press was seen, so the run says "interrupted", exit 130, no report."""
+    from graphcheck import cli
+
+    def swallowing(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here
+        except BaseException:  # what the library in question does
+            pass
+        return "verdict: PASS\n", 0
+
+    monkeypatch.setattr(cli, "_cached_run", swallowing)
+    code = cli.main(["verify", "fixtures/reference.py:reference", "--cuts", "4"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (130, "", "graphcheck: interrupted\n")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "wait_for"),
