@@ -48,6 +48,7 @@ from pathlib import Path
 
 __all__ = [
     "BEGIN",
+    "REFUSAL_KINDS",
     "END",
     "Exported",
     "Outcome",
@@ -56,6 +57,7 @@ __all__ = [
     "families",
     "main",
     "markdown",
+    "refusals",
     "rewrite",
 ]
 
@@ -263,11 +265,42 @@ def markdown(results: Sequence[Result], version: str) -> str:
         f"transformers {version}, `graphcheck map hf:<type>` with default options "
         f"({summary(results)}).{note}",
         "",
+        *refusals(results),
         "| family | exported | attention | cuts proven | outcome | details |",
         "|---|---|---|---|---|---|",
     ]
     rows += [_row(r) for r in results]
     return "\n".join(rows) + "\n"
+
+
+# What a refusal names (its reason's words) -> the kind of program graphcheck_varlen would
+# have proven instead of the family's, in the order the list shows them.
+REFUSAL_KINDS = (
+    ("an attention_mask tensor", "a bias or mask added to the scores (an `attention_mask` tensor)"),
+    ("appended keys", "keys beyond the T queries (memory, compressed or extra tokens)"),
+    ("the model's own code", "its own code reads the mask `create_causal_mask` builds"),
+    ("attention dropout", "attention dropout (drawn inside the softmax, in `model.train()`)"),
+    ("a mask from transformers with", "a mask beyond causal documents (chunks, OR-ed masks)"),
+    ("", "another keyword the kernel would drop (a window, `is_causal`, a tensor)"),
+)
+
+
+def refusals(results: Sequence[Result]) -> list[str]:
+    """The families whose attention graphcheck_varlen refused, by what it would have
+    dropped: one bullet per kind, then a blank line (nothing when none was refused)."""
+    kinds: dict[str, list[str]] = {}
+    for r in results:
+        if r.attention != "refused":
+            continue
+        kind = next(label for words, label in REFUSAL_KINDS if words in r.reason)
+        kinds.setdefault(kind, []).append(f"`{r.family}`")
+    if not kinds:
+        return []
+    lines = ["Refused, so not proven on a substituted attention (what the family passes):"]
+    lines += [
+        f"* {label}: {', '.join(kinds[label])}" for _, label in REFUSAL_KINDS if label in kinds
+    ]
+    return [*lines, ""]
 
 
 def _row(r: Result) -> str:

@@ -248,6 +248,30 @@ def test_coverage_rows_say_which_attention_was_proven():
     assert "attention: 1 varlen, 1 refused, 1 -" in coverage.summary([proven, refused, other])
 
 
+def test_coverage_names_the_refused_families_by_what_would_be_dropped():
+    def refused(family: str, what: str):
+        stderr = f"graphcheck: error: attention refused: {what}\n"
+        return coverage.classify(family, 2, "", stderr)
+
+    results = [
+        refused("bloom", "BloomAttention (layer 0) passes an attention_mask tensor [1, 1, T, T]"),
+        refused("mem", "MemAttention (layer 0) passes key over T + 4 tokens (appended keys: x)"),
+        refused("axk2", "the model's own code indexes the attention mask transformers builds"),
+        refused("bert", "BertSelfAttention (layer 0) passes attention dropout 0.1 (drawn ...)"),
+        refused("alibi", "AlibiAttention (layer 0) passes an attention_mask tensor [1, 8, T, T]"),
+        coverage.classify("llama", 0, json.dumps({"cuts": [], "diagnostics": []}), ""),
+    ]
+    lines = coverage.refusals(results)
+    assert lines[1:-1] == [
+        "* a bias or mask added to the scores (an `attention_mask` tensor): `bloom`, `alibi`",
+        "* keys beyond the T queries (memory, compressed or extra tokens): `mem`",
+        "* its own code reads the mask `create_causal_mask` builds: `axk2`",
+        "* attention dropout (drawn inside the softmax, in `model.train()`): `bert`",
+    ]
+    assert "* a bias or mask" in coverage.markdown(results, "5.x")
+    assert coverage.refusals(results[-1:]) == []
+
+
 def test_coverage_results_saved_before_the_attention_column_say_not_re_run(tmp_path):
     old = {"family": "gpt2", "outcome": "all cuts proven", "exported": "yes", "exit": 0}
     saved = tmp_path / "old.json"
