@@ -257,7 +257,7 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
         return earlier
     if src.kind == Kind.DOCSTART:
         origin = interp.fabricate(node, "document ids counted over the packed row")
-        return Val(src.toks, kind=Kind.DOCID, absolute=origin)
+        return Val(src.toks, kind=Kind.DOCID, absolute=origin, extra=1)  # doc + 1
     tri = src.tri
     if tri is not None and tri.row == dim and tri.k >= 0 and src.dep <= Dep.DOC:
         return src.with_(dep=Dep.SPAN if src.dep else Dep.NONE, guard=None, kind=None)
@@ -388,7 +388,8 @@ def searchsorted(interp: Interp, node: torch.fx.Node) -> Val:
     structural = seq is not None and index is not None and bound.get("right")
     if structural and seq.kind in (Kind.CU, Kind.CU_INNER) and index.kind == Kind.INDEX:
         origin = interp.fabricate(node, "document ids used as values")
-        return Val(index.toks, kind=Kind.DOCID, absolute=origin)
+        shift = 1 if seq.kind == Kind.CU or seq.extra == "starts" else 0  # doc + shift
+        return Val(index.toks, kind=Kind.DOCID, absolute=origin, extra=shift)
     vals = [v for v in (seq, index) if v is not None]
     if any(v.dep > Dep.POINT or v.leaks for v in vals) or (seq is not None and seq.token_dims):
         return interp.leak(node, "searches values across the token dimension")
