@@ -79,6 +79,9 @@ _AND = {"__and__", "bitwise_and", "logical_and"}
 _OR = {"__or__", "bitwise_or", "logical_or"}
 _NOT = {"bitwise_not", "logical_not", "__invert__"}
 _COPY = {"clone", "alias", "detach", "lift_fresh_copy", "contiguous"}
+_FACTORIES = {"new_ones": 1, "new_zeros": 0, "ones": 1, "zeros": 0, "ones_like": 1}
+_FACTORIES |= {"zeros_like": 0, "new_full": None, "full": None, "full_like": None}
+_FACTORIES |= {"scalar_tensor": None}
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
 
@@ -227,6 +230,8 @@ class _Translation:
             return self.lookup(self.arg(node.args[3]), [self.arg(node.args[4])])
         if name == "aten.index.Tensor":
             return self.lookup(self.arg(node.args[0]), [self.arg(i) for i in node.args[1]])
+        if base in _FACTORIES:
+            return self.constant(name, base, node)
         args = [self.arg(a) for a in node.args]
         if set(node.kwargs) - {"dtype", "alpha", "layout", "device", "memory_format"}:
             raise NotUnderstood(f"`{name}` with {sorted(node.kwargs)}")
@@ -255,6 +260,24 @@ class _Translation:
         if base in ("floor_divide", "remainder") and len(args) == 2:
             return self.divided(name, base, args)
         raise NotUnderstood(f"`{name}`")
+
+    def constant(self, name: str, base: str, node: torch.fx.Node):
+        """A tensor filled with one number (its shape broadcasts away)."""
+        fill = _FACTORIES[base]
+        if fill is None:
+            fill = node.args[-1] if base != "scalar_tensor" else node.args[0]
+        dtype = node.kwargs.get("dtype")
+        if dtype is None and not isinstance(fill, bool | int):
+            raise NotUnderstood(f"`{name}` of an unknown dtype")
+        if not isinstance(fill, bool | int | float) or (
+            dtype is not None and dtype.is_floating_point
+        ):
+            raise NotUnderstood(f"`{name}` of {dtype or type(fill).__name__}")
+        if dtype == torch.bool or (dtype is None and isinstance(fill, bool)):
+            return self.z3.BoolVal(bool(fill))
+        if fill != int(fill):
+            raise NotUnderstood(f"`{name}` of {fill!r} cast to {dtype}")
+        return self.z3.IntVal(int(fill))
 
     def where(self, cond, a, b):
         a, b = self.plain(a), self.plain(b)
