@@ -14,7 +14,7 @@ from functools import cache
 import pytest
 import torch
 import torch.fx
-from harness import explorer
+from harness import explorer, spec
 
 from graphcheck.analysis.locality import Kind
 from graphcheck.analysis.obligations import Buffer, Verdict, judge_mask
@@ -126,3 +126,16 @@ def test_solver_document_ids_of_unknown_shift_still_compare():
 
     shifted = Buffer(Kind.DOCID, None, (8,))
     assert judge_mask(_mask(body), [shifted]).verdict == Verdict.PROVEN
+
+
+# --- ground truth: the gate runs the packed batch against each document alone -------------
+
+
+@pytest.mark.parametrize(("name", "verdict"), [("offsets_causal", "pass"), ("pos_order", "fail")])
+def test_the_gate_agrees(name, verdict):
+    from graphcheck.gate import Gate
+
+    gated = Gate(spec(f"flex_masks:{name}"), explorer=explorer(f"flex_masks:{name}"))
+    result = gated.run([1], docs=(23, 9, 31, 4), mode="graph")
+    assert (result.static_verdict, result.bytes.status) == (verdict, "equal")
+    assert result.isolation.holds == (verdict == "pass"), result.isolation
