@@ -139,3 +139,15 @@ def test_the_gate_agrees(name, verdict):
     result = gated.run([1], docs=(23, 9, 31, 4), mode="graph")
     assert (result.static_verdict, result.bytes.status) == (verdict, "equal")
     assert result.isolation.holds == (verdict == "pass"), result.isolation
+
+
+def test_identical_masks_are_solved_once():
+    from graphcheck.analysis import obligations
+
+    def body(graph, q, kv, bufs):
+        near = _call(graph, ATEN.lt.Scalar, _call(graph, ATEN.sub.Tensor, q, kv), 3)
+        return _call(graph, ATEN.logical_and.default, near, _same_doc(graph, q, kv, bufs))
+
+    before = len(obligations._CACHE)
+    verdicts = {judge_mask(_mask(body), [DOC]).verdict for _ in range(3)}
+    assert (verdicts, len(obligations._CACHE)) == ({Verdict.PROVEN}, before + 1)

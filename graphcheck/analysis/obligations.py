@@ -226,8 +226,9 @@ class _Translation:
     def op(self, node: torch.fx.Node):
         name = op_name(node.target)
         base = name.removeprefix("aten.").split(".")[0]
-        if name == "flat_apply" and len(node.args) >= 5:  # buffer[index], as dynamo traces it
-            return self.lookup(self.arg(node.args[3]), [self.arg(node.args[4])])
+        if name == "flat_apply" and len(node.args) >= 5 and _is_mod_index(node.args[2]):
+            # buffer[index, ...], as dynamo traces an index into a captured tensor
+            return self.lookup(self.arg(node.args[3]), [self.arg(i) for i in node.args[4:]])
         if name == "aten.index.Tensor":
             return self.lookup(self.arg(node.args[0]), [self.arg(i) for i in node.args[1]])
         if base in _FACTORIES:
@@ -311,7 +312,18 @@ class _Translation:
         shape = meaning.shape
         if shape is None or len(indices) != len(shape) or any(str(s) != "1" for s in shape[:-1]):
             raise NotUnderstood("an index into a buffer that is not one row")
-        return _read(self.layout, number, meaning, self.integer(indices[-1]))
+        value = _read(self.layout, number, meaning, self.integer(indices[-1]))
+        lead = [self.integer(i) == 0 for i in indices[:-1]]  # past a size-1 dim: anything
+        free = self.layout.free(f"buffer{number}_lead")(self.integer(indices[-1]))
+        return self.z3.If(self.z3.And(*lead), value, free) if lead else value
+
+
+def _is_mod_index(func) -> bool:
+    """``flat_apply``'s function is dynamo's ``ModIndex`` (``tensor[index]``), as the
+    class or, in a graph read back from the export cache, its qualified name."""
+    from torch._dynamo._trace_wrapped_higher_order_op import ModIndex
+
+    return func is ModIndex or func == f"{ModIndex.__module__}.{ModIndex.__qualname__}"
 
 
 def _read(layout: _Layout, number: int, meaning: Buffer, i):
