@@ -52,6 +52,15 @@ def test_a_mask_that_mixes_documents_is_refuted_with_a_counterexample(name):
     assert q1 < k0 or k1 < q0  # the documents do not overlap
 
 
+def test_one_export_one_layer_proven_and_one_refuted():
+    """The fast representative: layer 0 reads torchtitan's offsets (proven), layer 1
+    compares positions only (refuted); the finding is layer 1's alone."""
+    report = _report("offsets_then_pos_order")
+    found = [d for d in report.diagnostics if d.code == "GC401"]
+    assert report.codes == {"GC401"} and {d.layer for d in found} == {1}
+    assert all(WORDS.search(d.message) for d in found)
+
+
 def test_the_causal_counterexample_is_a_query_reading_an_earlier_document():
     match = WORDS.search(next(d.message for d in _report("causal").diagnostics))
     q, kv = int(match.group(1)), int(match.group(6))

@@ -115,7 +115,7 @@ def _why(judged: Judgement) -> str:
     if judged.verdict == Verdict.REFUTED:
         return (f"flex attention whose mask_mod lets documents read each other: "
                 f"{judged.detail}")  # fmt: skip
-    return (f"flex attention whose mask_mod is not understood: {judged.detail} (write the "
+    return (f"flex attention with a mask_mod not understood: {judged.detail} (write the "
             "mask of comparisons, and/or/not, integer arithmetic and buffer lookups)")  # fmt: skip
 
 
