@@ -560,7 +560,8 @@ def _doc_offsets(interp: Interp, node: torch.fx.Node, dst: Val, dim: int) -> Val
     arange = interp.val(tokens)
     if not exact_ids or arange is None or arange.kind != Kind.INDEX or not _is_T(interp, rest):
         return None
-    return Val((None,), kind=Kind.DOCOFFSETS, extra=0)
+    origin = interp.fabricate(node, "document offsets used as values")
+    return Val((None,), kind=Kind.DOCOFFSETS, extra=0, absolute=origin | arange.absolute)
 
 
 def _at_starts(interp: Interp, arg) -> tuple | None:
