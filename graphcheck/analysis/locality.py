@@ -96,6 +96,7 @@ class Kind(StrEnum):
     CU_INNER = "cu_seq_lens without its first or last entry"
     DOCSTART = "document starts"
     DOCID = "document ids"
+    DOCOFFSETS = "document starts by document id"
     INDEX = "token index"  # arange over the token axis
     PERM = "sort permutation"
     PERMDIV = "sort permutation // k"

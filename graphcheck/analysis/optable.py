@@ -314,12 +314,21 @@ def _kind(interp, node, base: str, operands, result: Val) -> Val:
     if base == "eq" and first.kind == Kind.POS and others == [0]:
         return result.with_(kind=Kind.DOCSTART)
     if base in ("add", "sub") and first.kind == Kind.DOCID and _constants(others):
-        return result.with_(kind=Kind.DOCID)
+        return result.with_(kind=Kind.DOCID, extra=_doc_shift(first.extra, base, others))
     divided = base in ("floordiv", "floor_divide") and len(others) == 1
     if divided and first.kind == Kind.PERM and isinstance(others[0], int):
         extra = (first.extra, others[0])
         return result.with_(kind=Kind.PERMDIV, ref=first.ref, extra=extra, dep=first.dep)
     return result
+
+
+def _doc_shift(shift, base: str, others) -> int | None:
+    """The constant ``k`` of document ids ``doc + k`` after adding or subtracting
+    integers (``None``: not known)."""
+    if not isinstance(shift, int) or not all(type(a) is int for a in others):
+        return None
+    total = sum(others)
+    return shift + total if base == "add" else shift - total
 
 
 def _constants(args) -> bool:

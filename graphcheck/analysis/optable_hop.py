@@ -2,11 +2,12 @@
 
 * ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast`` run their subgraph
   once, in place: the subgraph is interpreted with the operands' values.
-* ``flex_attention`` is document-local when its ``mask_mod`` is proven to
-  compare the document ids of the query and the key token (``doc[q] ==
-  doc[kv]``, possibly and-ed with more conditions). The ``BlockMask`` block
-  tables are trusted to come from ``create_block_mask`` over that same
-  ``mask_mod`` (see ``docs/soundness.md``).
+* ``flex_attention`` is document-local when an SMT solver proves its ``mask_mod``
+  false for every query and key of different documents
+  (:mod:`graphcheck.analysis.obligations`); a refuted mask is reported with its
+  counterexample, a mask the translation does not follow fails closed. The
+  ``BlockMask`` block tables are trusted to come from ``create_block_mask`` over
+  that same ``mask_mod`` (see ``docs/soundness.md``).
 * Any other higher-order op (``cond``, ``while_loop``, ``map``, ``scan``) that
   touches token data cannot be followed: fail closed.
 """
@@ -17,7 +18,8 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
-from graphcheck.analysis.locality import Dep, Interp, Kind, Val, carry, has_tokens, meta_toks
+from graphcheck.analysis.locality import Dep, Interp, Val, carry, has_tokens, meta_toks, shape_of
+from graphcheck.analysis.obligations import Buffer, Judgement, Verdict, judge_mask
 
 __all__ = ["run_higher_order"]
 
@@ -77,15 +79,15 @@ def _flex(interp: Interp, node: torch.fx.Node):
     buffers = node.args[8] if len(node.args) > 8 else ()
     mask_mod = _module(interp, block_mask[-1]) if block_mask else None
     data = [interp.val(a) for a in (q, k, v, *buffers) if isinstance(a, torch.fx.Node)]
-    proven = mask_mod is not None and _same_document(interp, mask_mod, list(buffers))
+    judged = _judged(interp, mask_mod, list(buffers))
+    proven = judged.verdict == Verdict.PROVEN
     if proven and _full_blocks(block_mask):
         why = "flex attention with full blocks, where the mask_mod is not applied"
         return _leaked(interp, node, why, data)
     val = node.meta.get("val")
     if not proven or any(d is not None and (d.dep > Dep.DOC or d.leaks) for d in data):
-        why = "flex attention whose mask_mod does not compare document ids of both tokens"
         toks = meta_toks(val[0], interp.tokens)
-        result = interp.leak(node, why, toks, inputs=data) if not proven else None
+        result = interp.leak(node, _why(judged), toks, inputs=data) if not proven else None
         result = result or Val(meta_toks(val[0], interp.tokens), **carry(data))
     else:
         qkv = [interp.val(a) for a in (q, k, v)]  # the proven mask only compares its buffers
@@ -93,6 +95,28 @@ def _flex(interp: Interp, node: torch.fx.Node):
         deps = {**carry(data), "dep": Dep.DOC, "absolute": absolute}
         result = Val(meta_toks(val[0], interp.tokens), **deps)
     return tuple(result for _ in val) if isinstance(val, tuple | list) else result
+
+
+def _judged(interp: Interp, mask_mod, buffers: list) -> Judgement:
+    """The solver's verdict on the mask: false for every pair of tokens of different
+    documents (the buffers mean what their abstract values prove)."""
+    if mask_mod is None:
+        return Judgement(Verdict.UNKNOWN, "no mask_mod subgraph")
+    meanings = []
+    for buf in buffers:
+        val = interp.val(buf) if isinstance(buf, torch.fx.Node) else None
+        shape = shape_of(buf) if isinstance(buf, torch.fx.Node) else None
+        kind, extra = (val.kind, val.extra) if val is not None else (None, None)
+        meanings.append(Buffer(kind, extra, tuple(shape) if shape is not None else None))
+    return judge_mask(mask_mod, meanings)
+
+
+def _why(judged: Judgement) -> str:
+    if judged.verdict == Verdict.REFUTED:
+        return (f"flex attention whose mask_mod lets documents read each other: "
+                f"{judged.detail}")  # fmt: skip
+    return (f"flex attention with a mask_mod not understood: {judged.detail} (write the "
+            "mask of comparisons, and/or/not, integer arithmetic and buffer lookups)")  # fmt: skip
 
 
 def _full_blocks(block_mask) -> bool:
@@ -106,46 +130,3 @@ def _leaked(interp: Interp, node: torch.fx.Node, why: str, data):
     val = node.meta.get("val")
     result = interp.leak(node, why, meta_toks(val[0], interp.tokens), inputs=data)
     return tuple(result for _ in val) if isinstance(val, tuple | list) else result
-
-
-def _same_document(interp: Interp, mask_mod: torch.fx.GraphModule, buffers: list) -> bool:
-    """``mask_mod(b, h, q, kv)`` is false whenever ``q`` and ``kv`` lie in different
-    documents: it is ``doc[q] == doc[kv]`` and-ed with anything."""
-    placeholders = [n for n in mask_mod.graph.nodes if n.op == "placeholder"]
-    facts: dict[torch.fx.Node, tuple] = {}
-    if len(placeholders) >= 4:
-        facts[placeholders[2]] = ("index", "q")
-        facts[placeholders[3]] = ("index", "kv")
-    for ph, buf in zip(placeholders[4:], buffers, strict=False):
-        val = interp.val(buf)
-        if val is not None and val.kind == Kind.DOCID:
-            facts[ph] = ("docid",)
-    for inner in mask_mod.graph.nodes:
-        if inner.op == "call_function":
-            fact = _mask_fact(inner, facts)
-            if fact is not None:
-                facts[inner] = fact
-        elif inner.op == "output":
-            out = inner.args[0]
-            out = out[0] if isinstance(out, tuple | list) else out
-            return facts.get(out) == ("same",)
-    return False
-
-
-def _mask_fact(node: torch.fx.Node, facts: dict) -> tuple | None:
-    name = op_name(node.target)
-    args = [facts.get(a) if isinstance(a, torch.fx.Node) else None for a in node.args]
-    if name == "flat_apply" and len(args) >= 5 and args[3] == ("docid",):
-        return ("doc", args[4][1]) if args[4] and args[4][0] == "index" else None
-    if name == "aten.index.Tensor" and args[0] == ("docid",):
-        idx = [facts.get(i) for i in node.args[1] if isinstance(i, torch.fx.Node)]
-        return ("doc", idx[0][1]) if len(idx) == 1 and idx[0] and idx[0][0] == "index" else None
-    if name in ("aten.eq.Tensor",) and {args[0], args[1]} == {("doc", "q"), ("doc", "kv")}:
-        return ("same",)
-    if name in ("aten.__and__.Tensor", "aten.bitwise_and.Tensor", "aten.logical_and.default"):
-        return ("same",) if ("same",) in args else None
-    if name in ("aten.__or__.Tensor", "aten.bitwise_or.Tensor", "aten.logical_or.default"):
-        return ("same",) if args[:2] == [("same",), ("same",)] else None
-    if name in ("aten.to.dtype", "aten._to_copy.default", "aten.clone.default"):
-        return args[0]
-    return None

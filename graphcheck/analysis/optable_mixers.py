@@ -40,6 +40,7 @@ from graphcheck.analysis.locality import (
     bind,
     carry,
     has_tokens,
+    is_length,
     is_one,
     meta_toks,
     ndim_of,
@@ -257,7 +258,7 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
         return earlier
     if src.kind == Kind.DOCSTART:
         origin = interp.fabricate(node, "document ids counted over the packed row")
-        return Val(src.toks, kind=Kind.DOCID, absolute=origin)
+        return Val(src.toks, kind=Kind.DOCID, absolute=origin, extra=1)  # doc + 1
     tri = src.tri
     if tri is not None and tri.row == dim and tri.k >= 0 and src.dep <= Dep.DOC:
         return src.with_(dep=Dep.SPAN if src.dep else Dep.NONE, guard=None, kind=None)
@@ -388,7 +389,8 @@ def searchsorted(interp: Interp, node: torch.fx.Node) -> Val:
     structural = seq is not None and index is not None and bound.get("right")
     if structural and seq.kind in (Kind.CU, Kind.CU_INNER) and index.kind == Kind.INDEX:
         origin = interp.fabricate(node, "document ids used as values")
-        return Val(index.toks, kind=Kind.DOCID, absolute=origin)
+        shift = 1 if seq.kind == Kind.CU or seq.extra == "starts" else 0  # doc + shift
+        return Val(index.toks, kind=Kind.DOCID, absolute=origin, extra=shift)
     vals = [v for v in (seq, index) if v is not None]
     if any(v.dep > Dep.POINT or v.leaks for v in vals) or (seq is not None and seq.token_dims):
         return interp.leak(node, "searches values across the token dimension")
@@ -528,12 +530,59 @@ def scatter(interp: Interp, node: torch.fx.Node) -> Val:
         return unknown(interp, node)
     dim = norm_dim(node.args[1], len(src.toks))
     operands = [a for a in node.args[2:] if isinstance(a, torch.fx.Node)]
+    if (offsets := _doc_offsets(interp, node, src, dim)) is not None:
+        return offsets
     if src.toks[dim] is not None:
         return interp.leak(node, "scatters along the token dimension")
     vals = [interp.val(a) for a in operands]
     if (top := _onehot(node, dim)) is not None:
         return Val(src.toks, **carry([src, *vals]), kind=Kind.ONEHOT, ref=top)
     return Val(src.toks, **carry([src, *vals]))
+
+
+_CASTS = {"aten.to.dtype", "aten._to_copy.default", "aten.clone.default"}
+
+
+def _doc_offsets(interp: Interp, node: torch.fx.Node, dst: Val, dim: int) -> Val | None:
+    """``dst.scatter(0, where(starts, doc, T), where(starts, arange(T), _))``: each
+    document start ``t`` of document ``d`` writes ``t`` at ``d``, every other token
+    writes at ``T``, past the last document id: element ``d < N`` is the first token of
+    document ``d`` (:attr:`Kind.DOCOFFSETS`; torchtitan's packed-document mask)."""
+    plain = op_name(node.target) in ("aten.scatter.src", "aten.scatter_.src")
+    if not plain or node.kwargs or len(node.args) != 4 or dim != 0 or len(dst.toks) != 1:
+        return None
+    index, value = (_at_starts(interp, a) for a in node.args[2:4])
+    if index is None or value is None or dst.dep != Dep.NONE or dst.leaks:
+        return None
+    (doc, rest), (tokens, _) = index, value
+    ids = interp.val(doc)
+    exact_ids = ids is not None and ids.kind == Kind.DOCID and ids.extra == 0
+    arange = interp.val(tokens)
+    if not exact_ids or arange is None or arange.kind != Kind.INDEX or not _is_T(interp, rest):
+        return None
+    origin = interp.fabricate(node, "document offsets used as values")
+    return Val((None,), kind=Kind.DOCOFFSETS, extra=0, absolute=origin | arange.absolute)
+
+
+def _at_starts(interp: Interp, arg) -> tuple | None:
+    """``(a, b)`` of ``where(starts, a, b)`` (through casts), ``starts`` the document
+    starts of the packed row."""
+    while isinstance(arg, torch.fx.Node) and op_name(arg.target) in _CASTS:
+        arg = arg.args[0]
+    if not isinstance(arg, torch.fx.Node) or op_name(arg.target) != "aten.where.self":
+        return None
+    cond = interp.val(arg.args[0])
+    if cond is None or cond.kind != Kind.DOCSTART or len(cond.toks) != 1:
+        return None
+    return arg.args[1], arg.args[2]
+
+
+def _is_T(interp: Interp, arg) -> bool:
+    """The packed length ``T``: a number, or ``full_like(x, T)``."""
+    if isinstance(arg, torch.fx.Node) and op_name(arg.target) == "aten.full_like.default":
+        arg = bind(arg).get("fill_value")
+    size = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    return isinstance(size, torch.SymInt) and is_length(size, interp.tokens)
 
 
 _ZEROS = {"aten.zeros_like.default", "aten.zeros.default", "aten.new_zeros.default"}
