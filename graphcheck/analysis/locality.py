@@ -352,19 +352,23 @@ def moved_pairs(val: Val, mapping: dict[int, int]) -> dict:
     }
 
 
-def unknown(interp: Interp, node: torch.fx.Node) -> Val:
+def unknown(interp: Interp, node: torch.fx.Node) -> Val | tuple:
     """Not in the table: fail closed when it touches tokens."""
-    vals = node_vals(interp, node)
-    toks = meta_toks(node.meta.get("val"), interp.tokens)
-    if has_tokens(vals) or any(toks):
-        reason = f"`{op_name(node.target)}` is not in graphcheck's op table and touches"
-        return interp.leak(node, reason + " the token dimension (fail closed)")
-    return Val(toks, **carry(vals))
+    reason = f"`{op_name(node.target)}` is not in graphcheck's op table and touches"
+    return unknown_or_leak(interp, node, reason + " the token dimension (fail closed)")
 
 
-def unknown_or_leak(interp: Interp, node: torch.fx.Node, reason: str) -> Val:
+def unknown_or_leak(interp: Interp, node: torch.fx.Node, reason: str) -> Val | tuple:
+    """A leak of ``reason`` when ``node`` touches tokens. An op with several outputs
+    gets one value per output, all of one origin: one finding at the op, not one more
+    where each output is taken apart."""
     vals = node_vals(interp, node)
-    toks = meta_toks(node.meta.get("val"), interp.tokens)
-    if has_tokens(vals) or any(toks):
-        return interp.leak(node, reason)
-    return Val(toks, **carry(vals))
+    outputs = node.meta.get("val")
+    many = isinstance(outputs, tuple | list)
+    toks = [meta_toks(out, interp.tokens) for out in (outputs if many else [outputs])]
+    if has_tokens(vals) or any(any(t) for t in toks):
+        leak = interp.leak(node, reason, toks=toks[0] if toks else ())
+        results = [leak.with_(toks=t) for t in toks]
+    else:
+        results = [Val(t, **carry(vals)) for t in toks]
+    return tuple(results) if many else results[0]
