@@ -199,12 +199,15 @@ def test_a_mapping_of_other_masks_is_one_line(cli):
 
 @pytest.mark.parametrize(
     ("name", "verdict"),
-    [(SINKS, "pass"), (SINKS_MIXED, "fail"), (FLEX_MASKS, "pass"), (FLEX_CAUSAL, "fail")],
-)
+    [
+        ("titan_sinks", "pass"), ("titan_sinks_mixed", "fail"),
+        ("titan_flex_masks", "pass"), ("titan_flex_masks_causal", "fail"),
+    ],
+)  # fmt: skip
 def test_the_gate_agrees_on_sinks_and_mask_mappings(name, verdict):
     pytest.importorskip("torchtitan")
     from graphcheck.gate.run import gate
 
-    result = gate(name, [1], mode="graph")
+    result = gate(spec(f"conventions:{name}"), [1], mode="graph")
     assert (result.static_verdict, result.bytes.status) == (verdict, "equal")
     assert result.isolation.holds == (verdict == "pass"), result.isolation
