@@ -144,3 +144,23 @@ def test_gpt_oss_flex_as_it_stands():
     assert {d.layer for d in leaks} == {0, 1}
     assert all("with full blocks, where the mask_mod is not applied" in d.message for d in leaks)
     _staged_by_torchtitan(report)
+
+
+@pytest.mark.parametrize(
+    ("builder", "verdict"), [("by_global_index", "pass"), ("by_stage_position", "fail")]
+)
+def test_gpt_oss_window_flip_is_found_and_the_gate_agrees(builder, verdict):
+    """A stage builder that builds a stage's ``j``-th layer from ``config.layers[j]``
+    gives GPT-OSS's second stage layer 0's 128-token window: GC301 names the kernel's
+    window. The gate, with a 200-token document (past the window; the default documents
+    are all shorter), shows the logits differ from token 128 on. The twin building each
+    layer from its own config: PASS, equal bytes."""
+    stages = spec(f"torchtitan_stages:{builder}")
+    report = api.verify(spec("torchtitan_models:gpt_oss"), cuts=[1], stage_builder=stages)
+    assert report.verdict == verdict
+    assert report.codes == ({"GC404"} if verdict == "pass" else {"GC301", "GC404"})
+    flips = [d.message for d in report.diagnostics if d.code == "GC301"]
+    assert all("window_size=[-1, 0]" in m and "window_size=[127, 0]" in m for m in flips)
+    result = gate(spec("torchtitan_models:gpt_oss"), [1], stage_builder=stages, docs=(200, 56))
+    assert result.bytes.status == ("equal" if verdict == "pass" else "differ")
+    assert result.isolation.holds and result.static_verdict == verdict
