@@ -920,6 +920,8 @@ def triangle(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 def _doc_attention(interp, node, data: list, proven: bool, why: str):
+    """Each output of an attention kernel (the output, a log-sum-exp ``[N, T]``) with the
+    token dims of its own shape, of one origin: document-local when ``proven``."""
     vals = [interp.val(a) for a in data if isinstance(a, torch.fx.Node)]
     if not proven or any(v is not None and (v.dep > Dep.DOC or v.leaks) for v in vals):
         leak = interp.leak(node, why) if not proven else None
@@ -928,7 +930,9 @@ def _doc_attention(interp, node, data: list, proven: bool, why: str):
         result = Val(meta_toks(_first(node), interp.tokens), **{**carry(vals), "dep": Dep.DOC})
         result = result.with_(absolute=union(v.absolute for v in vals if v is not None))
     val = node.meta.get("val")
-    return tuple(result for _ in val) if isinstance(val, tuple | list) else result
+    if not isinstance(val, tuple | list):
+        return result
+    return tuple(result.with_(toks=meta_toks(out, interp.tokens)) for out in val)
 
 
 def _first(node):
