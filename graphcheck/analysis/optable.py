@@ -410,6 +410,10 @@ def view(interp: Interp, node: torch.fx.Node) -> Val:
             return _viewed(interp, node, {}, [None] * len(after))
         toks = [Tok("T", None)] * len(after)  # unknown mapping: every dim may hold tokens
         return src.with_(toks=tuple(toks), guard=None, tri=None)
+    from graphcheck.analysis.optable_onehot import copy_view  # copy axes (repeat, expert-major)
+
+    if (copied := copy_view(interp, node, src, before, after, groups)) is not None:
+        return copied
     toks: list[Tok | None] = [None] * len(after)
     mapping: dict[int, int] = {}
     for ins, outs in groups:
@@ -815,7 +819,6 @@ aten.logit.default aten.atan.default aten.cosh.default aten.sinh.default
 aten.bernoulli.p aten.bernoulli.default aten.uniform.default aten.exponential.default
 aten.normal.Tensor_float aten.multiply.Tensor aten.min.other aten.max.other
 aten.polar.default
-aten.one_hot.default
 """
 _STRUCTURAL = """
 aten.sym_size.int aten.sym_numel.default aten.sym_stride.int

@@ -802,21 +802,6 @@ def _shifted_dims(node: torch.fx.Node, n: int) -> list[int]:
     return [norm_dim(d, n) for d in dims]
 
 
-def _one(value) -> bool:
-    return isinstance(value, int) and value == 1
-
-
-def repeat(interp: Interp, node: torch.fx.Node) -> Val:
-    src = _src(interp, node)
-    if src is None:
-        return unknown(interp, node)
-    reps = list(node.args[1])
-    offset = len(reps) - len(src.toks)
-    if any(src.toks[i] is not None and not _one(reps[i + offset]) for i in range(len(src.toks))):
-        return interp.leak(node, "repeats the token dimension")
-    return Val((None,) * offset + src.toks, **carry([src]))
-
-
 def repeat_interleave(interp: Interp, node: torch.fx.Node) -> Val:
     src = _src(interp, node)
     bound = bind(node)
@@ -964,7 +949,7 @@ FAMILIES = [
     ("aten._grouped_mm.default", grouped_mm),
     ("aten.cumsum.default aten.cumprod.default aten.logcumsumexp.default", scan),
     ("aten.diff.default", diff),
-    ("aten.sort.default aten.sort.stable aten.argsort.default aten.argsort.stable", sort),
+    ("aten.sort.default aten.sort.stable", sort),  # argsort: optable_onehot
     ("aten.topk.default aten.kthvalue.default", topk),
     ("aten.nonzero.default aten.argwhere.default", nonzero),
     ("aten.histc.default aten.bincount.default", histc),
@@ -989,7 +974,6 @@ FAMILIES = [
         "aten.roll.default aten.flip.default aten.constant_pad_nd.default aten.pad.default",
         shift,
     ),
-    ("aten.repeat.default", repeat),
     ("aten.repeat_interleave.self_int aten.repeat_interleave.self_Tensor", repeat_interleave),
     ("aten.tril.default aten.triu.default", triangle),
     (
