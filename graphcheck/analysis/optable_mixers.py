@@ -437,10 +437,11 @@ def _gather_rows(interp, node, src: Val, dim: int, index: Val) -> Val:
         deps = carry([src, _as_index(index)])
         return Val(tuple(before + list(index.toks) + after), **{**deps, "absolute": absolute})
     tok = _row_tok(src.toks[dim], index)
-    if tok is None or len(index.toks) != 1:
-        earlier = interp.passed_on(node, [src, index])
+    if tok is None or len(index.toks) != 1:  # a permutation misused: the leak is here
+        inputs = [src, _as_index(index)]
+        earlier = interp.passed_on(node, inputs)
         return earlier or interp.leak(node, "indexes the token dimension with data-dependent "
-                                      "positions")  # fmt: skip
+                                      "positions", inputs=inputs)  # fmt: skip
     _ = n
     return src.with_(toks=tuple([*before, tok, *after]), guard=None, tri=None, kind=None)
 
