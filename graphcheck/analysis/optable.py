@@ -410,10 +410,6 @@ def view(interp: Interp, node: torch.fx.Node) -> Val:
             return _viewed(interp, node, {}, [None] * len(after))
         toks = [Tok("T", None)] * len(after)  # unknown mapping: every dim may hold tokens
         return src.with_(toks=tuple(toks), guard=None, tri=None)
-    from graphcheck.analysis.optable_onehot import copy_view  # copy axes (repeat, expert-major)
-
-    if (copied := copy_view(interp, node, src, before, after, groups)) is not None:
-        return copied
     toks: list[Tok | None] = [None] * len(after)
     mapping: dict[int, int] = {}
     for ins, outs in groups:
@@ -854,12 +850,7 @@ FAMILIES = [
     ("aten.unsqueeze.default", unsqueeze),
     ("aten.squeeze.dim aten.squeeze.dims aten.squeeze.default", squeeze),
     ("aten.expand.default aten.expand_copy.default aten.expand_as.default", expand),
-    (
-        "aten.view.default aten.reshape.default aten._unsafe_view.default aten.view_as.default "
-        "aten.reshape_as.default "
-        "aten.view_copy.default aten.flatten.using_ints aten.unflatten.int",
-        view,
-    ),
+    # view, reshape, flatten: optable_onehot.view (copy axes), then view here
     ("aten.select.int", select),
     ("aten.view.dtype", bitcast),
     ("aten.view_as_complex.default aten.view_as_real.default", complex_view),

@@ -33,13 +33,24 @@ from graphcheck.analysis.locality import (
     Val,
     bind,
     carry,
+    is_one,
     meta_toks,
     ndim_of,
     norm_dim,
+    shape_of,
     unknown,
 )
 
-__all__ = ["FAMILIES", "argsort", "copies", "copy_axis", "copy_view", "one_hot", "repeat"]
+__all__ = [
+    "FAMILIES",
+    "argsort",
+    "copies",
+    "copy_axis",
+    "copy_view",
+    "one_hot",
+    "repeat",
+    "view",
+]
 
 
 # --- one-hot ----------------------------------------------------------------------------
@@ -118,9 +129,31 @@ def repeat(interp: Interp, node: torch.fx.Node) -> Val:
     return Val(tuple(toks), **carry([src]))
 
 
+def view(interp: Interp, node: torch.fx.Node) -> Val:
+    """``view`` / ``reshape`` / ``flatten``: a view that makes, keeps or splits a copy axis
+    (:func:`copy_view`), else :func:`graphcheck.analysis.optable.view`."""
+    src, before, after = interp.val(node.args[0]), shape_of(node.args[0]), shape_of(node)
+    if src is not None and before is not None and after is not None and _may_copy(src, before):
+        groups = optable._groups(before, after)
+        copied = copy_view(interp, node, src, before, after, groups) if groups else None
+        if copied is not None:
+            return copied
+    return optable.view(interp, node)
+
+
+def _may_copy(src: Val, before) -> bool:
+    """``src`` holds a copy axis, or a token dim after a dim of more than one element."""
+    if len(src.toks) != len(before):
+        return False
+    if any(copies(tok) is not None for tok in src.toks):
+        return True
+    first = next((d for d in src.token_dims), None)
+    return first is not None and any(not is_one(before[d]) for d in range(first))
+
+
 def copy_view(interp: Interp, node: torch.fx.Node, src: Val, before, after, groups):
     """A view that makes, keeps or splits a copy axis (``None``: it touches none, the
-    ordinary view rules apply). Called by :func:`graphcheck.analysis.optable.view`."""
+    ordinary view rules apply)."""
     touched = [_touches(src, before, ins, outs) for ins, outs in groups]
     if not any(touched):
         return None
@@ -212,6 +245,12 @@ def argsort(interp: Interp, node: torch.fx.Node):
 
 
 FAMILIES = [
+    (
+        "aten.view.default aten.reshape.default aten._unsafe_view.default aten.view_as.default "
+        "aten.reshape_as.default "
+        "aten.view_copy.default aten.flatten.using_ints aten.unflatten.int",
+        view,
+    ),
     ("aten.one_hot.default", one_hot),
     ("aten.repeat.default", repeat),
     ("aten.argsort.default aten.argsort.stable", argsort),
