@@ -33,6 +33,7 @@ from graphcheck.analysis.locality import (
     Val,
     bind,
     carry,
+    is_length,
     is_one,
     meta_toks,
     ndim_of,
@@ -164,7 +165,8 @@ def copy_view(interp: Interp, node: torch.fx.Node, src: Val, before, after, grou
             toks[outs[0]] = _merged_copies(src, before, ins)
         elif kind == "split" and not _recovered(src, before, after, ins, outs, toks):
             count, _ = copies(next(src.toks[d] for d in ins if src.toks[d] is not None))
-            shape = ", ".join(str(after[d]) for d in outs)
+            shape = ", ".join("T" if is_length(after[d], interp.tokens) else str(after[d])
+                              for d in outs)  # fmt: skip
             return interp.leak(node, f"views {count} copies of the tokens (a repeat or an "
                                f"expert-major merge) as ({shape}): only ({count}, tokens) "
                                "recovers them, any other split puts different tokens on one "
