@@ -140,6 +140,40 @@ def test_one_hot_of_an_argmax_over_tokens_is_no_routing_map():
     assert interp.vals[hot].kind is None and interp.vals[hot].dep == Dep.LEAK
 
 
+def _copies(view_shape):
+    """``x [T, 3]`` repeated 4 times along T, then viewed as ``view_shape``; beside it the
+    expert-major ``scores [T, 4]`` transposed and merged into one dim."""
+    made = _Graph()
+    x, scores = made.input("x", 7, 3), made.input("s", 7, 4)
+    rows = made.op(ATEN.repeat.default, (x, [4, 1]), 28, 3, dtype=torch.float32)
+    viewed = made.op(ATEN.view.default, (rows, view_shape), *view_shape, dtype=torch.float32)
+    flip = made.op(ATEN.t.default, (scores,), 4, 7, dtype=torch.float32)
+    merged = made.op(ATEN.view.default, (flip, [28]), 28, dtype=torch.float32)
+    inputs = {"x": Val((Tok("T"), None), Dep.POINT), "s": Val((Tok("T"), None), Dep.POINT)}
+    interp = _run(made, inputs)
+    return interp.vals[rows], interp.vals[viewed], interp.vals[merged]
+
+
+def test_a_repeat_is_a_copy_axis_an_expert_major_merge_lines_up_with():
+    rows, _, merged = _copies([28, 3])
+    assert rows.toks == (copy_axis(4, Tok("T")), None) and merged.toks == (rows.toks[0],)
+
+
+def test_a_copies_first_view_recovers_the_tokens():
+    _, viewed, _ = _copies([4, 7, 3])
+    assert viewed.toks == (None, Tok("T"), None) and viewed.dep == Dep.POINT
+
+
+def test_a_view_keeping_the_copy_axis_whole_is_ordinary():
+    _, viewed, _ = _copies([28, 3, 1])
+    assert viewed.toks == (copy_axis(4, Tok("T")), None, None) and viewed.dep == Dep.POINT
+
+
+def test_a_tokens_first_view_of_copies_leaks():
+    _, viewed, _ = _copies([7, 4, 3])
+    assert viewed.dep == Dep.LEAK
+
+
 def _argsorts(descending: bool) -> tuple[_Graph, torch.fx.Node, torch.fx.Node]:
     made = _Graph()
     first = made.op(ATEN.argsort.default, (made.input("s", 7),), 7)
