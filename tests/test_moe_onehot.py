@@ -32,7 +32,7 @@ PASSING = [
 ]
 # (factory, the op the finding is at, its source text, what the message says)
 LEAKING = [
-    ("switch_capacity_drop", "cumsum", "torch.cumsum(onehot, dim=-2)", "prefix sum over the token"),
+    ("switch_capacity_drop", "cumsum", "torch.cumsum(onehot, dim=-2)", "an expert capacity over"),
     (
         "repeat_experts_summed_wrong",
         "view",

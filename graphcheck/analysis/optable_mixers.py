@@ -256,6 +256,10 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
         return src.with_(kind=kind, guard=None)
     if (earlier := interp.passed_on(node, [src])) is not None:
         return earlier
+    if src.kind == Kind.ONEHOT:  # a capacity: each token's place in its expert's queue
+        return interp.leak(node, "ranks every token among the earlier tokens of all documents "
+                           "that chose its expert (an expert capacity over the packed row); "
+                           "count per document, or drop no tokens")  # fmt: skip
     if src.kind == Kind.DOCSTART:
         origin = interp.fabricate(node, "document ids counted over the packed row")
         return Val(src.toks, kind=Kind.DOCID, absolute=origin, extra=1)  # doc + 1
