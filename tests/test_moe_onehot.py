@@ -208,9 +208,7 @@ def _gated(name: str):
     )
 
 
-@pytest.mark.parametrize(
-    "name", ["switch_onehot_combine", "llama4_repeat_experts", "argsort_inverse"]
-)
+@pytest.mark.parametrize("name", PASSING)
 def test_gate_isolates_the_twins(name):
     gated = _gated(name)
     assert gated.static_verdict == "pass"
@@ -218,7 +216,8 @@ def test_gate_isolates_the_twins(name):
     assert gated.isolation.holds, gated.isolation
 
 
-def test_gate_shows_the_capacity_drop_leak():
-    gated = _gated("switch_capacity_drop")
+@pytest.mark.parametrize("name", [row[0] for row in LEAKING])
+def test_gate_shows_the_leak(name):
+    gated = _gated(name)
     assert gated.static_verdict == "fail"
     assert not gated.isolation.holds, gated.isolation
