@@ -309,3 +309,35 @@ def test_the_familys_own_attention_with_transformers_packed_mask_is_proven(imple
     ).verify([1])
     assert report.attention["implementation"] == implementation
     assert report.verdict == "pass" and report.errors == []
+
+
+LLAMA4 = {"attn_implementation": "sdpa"}
+
+
+def test_llama4_text_keeps_only_its_true_finding_the_packed_index_as_a_temperature():
+    """With its own (chunked, packed) SDPA mask and its MoE proven, Llama 4 keeps one
+    finding: the NoPE layers' attention temperature reads ``arange(T)``, the packed
+    index, where a document alone would read its own positions (GC402, layers 3 and 7);
+    with the tuning off every cut is proven."""
+    report = Explorer("hf:llama4_text", settings=LLAMA4).verify([1])
+    assert report.codes == {"GC402", "GC302"} and report.verdict == "fail"
+    found = [d for d in report.errors if d.code == "GC402"]
+    assert {d.module for d in found} == {"model.layers.3.self_attn", "model.layers.7.self_attn"}
+    assert all("arange over the packed length" in d.message for d in found)
+    plain = Explorer("hf:llama4_text", settings={**LLAMA4, "attn_temperature_tuning": False})
+    assert plain.verify([1]).verdict == "pass"
+
+
+def test_llama4_texts_temperature_moves_tokens_when_their_document_moves():
+    """The gate agrees: with a temperature step of 4 tokens (``floor_scale=4``, so short
+    documents show it) a document's bytes change with its offset in the row, first at
+    layer 3."""
+    from graphcheck.gate import Gate
+
+    settings = {**LLAMA4, "floor_scale": 4}
+    found = Explorer("hf:llama4_text", settings=settings)
+    gated = Gate("hf:llama4_text", explorer=found, settings=settings).run([1], mode="graph")
+    assert gated.static_verdict == "fail"
+    shift = gated.isolation.shift
+    assert gated.isolation.holds is False and not shift.holds
+    assert shift.crossing.layer == 3  # the first NoPE layer, where the temperature is read
