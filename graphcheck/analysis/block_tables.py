@@ -75,8 +75,8 @@ def full_block_mask(block_mask: tuple) -> tuple[torch.fx.Node, list[torch.fx.Nod
 def _strip(node, what: str) -> torch.fx.Node:
     """``node`` past value-preserving casts of a 0/1 matrix."""
     while isinstance(node, torch.fx.Node) and op_name(node.target) in _INT_CASTS:
-        dtype = node.kwargs.get("dtype", next((a for a in node.args[1:2]), None))
-        if dtype is not None and dtype not in _ZERO_ONE:
+        dtype = node.kwargs.get("dtype", next(iter(node.args[1:2]), None))
+        if isinstance(dtype, torch.dtype) and dtype not in _ZERO_ONE:
             raise FullBlocks(f"{what} cast to {dtype}")
         node = node.args[0]
     if not isinstance(node, torch.fx.Node):
@@ -188,7 +188,7 @@ def _scattered(node: torch.fx.Node, sizes) -> tuple[torch.fx.Node, bool]:
     levels, body = _unbatched(node)
     if len(levels) > 2 or any(size != 1 for _, size in levels):
         raise FullBlocks("a block matrix scattered under vmap levels other than batch and head")
-    sliced = body
+    sliced = _strip(body, "the scattered block matrix")
     if op_name(sliced.target) != "aten.slice.Tensor" or sliced.args[1] != 1:
         raise FullBlocks("a scattered block matrix without its dump column sliced away")
     put = sliced.args[0]
