@@ -94,8 +94,10 @@ def _ordered(num, idx, sizes) -> tuple[torch.fx.Node, bool]:
     if counts.kwargs.get("keepdim", counts.args[2] if len(counts.args) > 2 else False):
         raise FullBlocks("full-block counts summed with keepdim")
     if op_name(order.target) != "aten.argsort.stable" or not _descending(order):
-        raise FullBlocks(f"full-block indices from `{op_name(order.target)}`, not the stable "
-                         "descending argsort of a block matrix (a table given from elsewhere)")  # fmt: skip
+        raise FullBlocks(
+            f"full-block indices from `{op_name(order.target)}`, not the stable "
+            "descending argsort of a block matrix (a table given from elsewhere)"
+        )
     matrix = _strip(counts.args[0], "the block matrix")
     if matrix is not _strip(order.args[0], "the block matrix"):
         raise FullBlocks("full-block counts and indices from two different block matrices")
