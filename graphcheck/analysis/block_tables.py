@@ -36,12 +36,14 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.passes.link_mutations_pass import storage_root, written_arguments
 
 __all__ = ["FullBlocks", "full_block_mask", "mask_body"]
 
 _INT_CASTS = {"aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout"}
 _INT_CASTS |= {"aten.alias.default", "aten.clone.default", "aten.contiguous.default"}
 _ZERO_ONE = {torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+_INDICES = {torch.int32, torch.int64}  # block numbers and counts: no wrap-around
 _ROLES = ("b", "h", "q", "kv")
 
 
@@ -64,6 +66,7 @@ def full_block_mask(block_mask: tuple) -> tuple[torch.fx.Node, list[torch.fx.Nod
         if num is None or idx is None:
             raise FullBlocks("a full-block table without its counts or its indices")
         dense, flipped = _ordered(num, idx, sizes)
+        _unwritten([num, idx], dense)
         if flipped != transposed:
             raise FullBlocks("full-block tables transposed against the blocks they index")
         if found is not None and dense is not found:
@@ -72,11 +75,11 @@ def full_block_mask(block_mask: tuple) -> tuple[torch.fx.Node, list[torch.fx.Nod
     return None if found is None else (found, _vmap_indices(found))
 
 
-def _strip(node, what: str) -> torch.fx.Node:
-    """``node`` past value-preserving casts of a 0/1 matrix."""
+def _strip(node, what: str, dtypes=frozenset(_ZERO_ONE)) -> torch.fx.Node:
+    """``node`` past value-preserving casts (to ``dtypes``: of a 0/1 matrix, any integer)."""
     while isinstance(node, torch.fx.Node) and op_name(node.target) in _INT_CASTS:
         dtype = node.kwargs.get("dtype", next(iter(node.args[1:2]), None))
-        if isinstance(dtype, torch.dtype) and dtype not in _ZERO_ONE:
+        if isinstance(dtype, torch.dtype) and dtype not in dtypes:
             raise FullBlocks(f"{what} cast to {dtype}")
         node = node.args[0]
     if not isinstance(node, torch.fx.Node):
@@ -87,7 +90,8 @@ def _strip(node, what: str) -> torch.fx.Node:
 def _ordered(num, idx, sizes) -> tuple[torch.fx.Node, bool]:
     """The mask ``M`` of ``F`` where ``(num, idx) = (sum(F, -1), argsort(F))``, and
     whether the tables index ``F`` transposed."""
-    counts, order = _strip(num, "the full-block counts"), _strip(idx, "the full-block indices")
+    counts = _strip(num, "the full-block counts", _INDICES)
+    order = _strip(idx, "the full-block indices", _INDICES)
     if op_name(counts.target) != "aten.sum.dim_IntList" or list(counts.args[1]) != [-1]:
         raise FullBlocks(f"full-block counts from `{op_name(counts.target)}`, not a row sum "
                          "of a block matrix (a table given from elsewhere)")  # fmt: skip
@@ -102,6 +106,30 @@ def _ordered(num, idx, sizes) -> tuple[torch.fx.Node, bool]:
     if matrix is not _strip(order.args[0], "the block matrix"):
         raise FullBlocks("full-block counts and indices from two different block matrices")
     return _matrix(matrix, sizes)
+
+
+def _unwritten(tables: list[torch.fx.Node], mask: torch.fx.Node) -> None:
+    """No value from ``mask`` to ``tables`` is written in place after it is made, but
+    the scatter of ones into fresh zeros that rebuilds a block matrix."""
+    writers: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in mask.graph.nodes:
+        for target in written_arguments(node):
+            writers.setdefault(storage_root(target), []).append(node)
+    seen, stack = set(), list(tables)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for writer in writers.get(storage_root(node), ()):
+            fresh = op_name(writer.target) == "aten.index_put_.default" and (
+                op_name(writer.args[0].target) == "aten.new_zeros.default"
+                and set(writer.args[0].users) <= {writer, *writer.args[2:3]}
+            )
+            if not fresh:
+                raise FullBlocks(f"a block table written in place by `{op_name(writer.target)}`")
+        if node is not mask:
+            stack.extend(node.all_input_nodes)
 
 
 def _descending(order: torch.fx.Node) -> bool:
@@ -172,10 +200,13 @@ def _tiled(view: torch.fx.Node, bq: int, bk: int) -> torch.fx.Node:
         value = padded.args[3] if len(padded.args) > 3 else padded.kwargs.get("value")
         if mode != "constant" or value not in (None, 0, False):
             raise FullBlocks("a mask padded with a value other than false")
+        widths = list(padded.args[1])
+        if len(widths) != 4 or widths[0] != 0 or widths[2] != 0:
+            raise FullBlocks("a mask padded before its first query or key (tiles shifted)")
         mask = padded.args[0]
     val = mask.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.dtype != torch.bool:
-        raise FullBlocks("tiles of a matrix that is not a boolean mask")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.bool or val.dim() != 4:
+        raise FullBlocks("tiles of a matrix that is not a boolean [B, H, Q, KV] mask")
     return mask
 
 
@@ -194,7 +225,7 @@ def _scattered(node: torch.fx.Node, sizes) -> tuple[torch.fx.Node, bool]:
     if op_name(sliced.target) != "aten.slice.Tensor" or sliced.args[1] != 1:
         raise FullBlocks("a scattered block matrix without its dump column sliced away")
     put = sliced.args[0]
-    if op_name(put.target) != "aten.index_put_.default" or len(put.args) > 3:
+    if op_name(put.target) != "aten.index_put_.default" or len(put.args) > 3 or put.kwargs:
         raise FullBlocks(f"a block matrix from `{op_name(put.target)}`")
     zeros, (rows, cols), ones = put.args
     return _from_pair(zeros, rows, cols, ones, sliced.args[3], levels, sizes)
@@ -321,7 +352,9 @@ def mask_body(
         placeholder = graph.placeholder(role)
         if index is not None:
             env[index] = placeholder
-    outside = [b for b in buffers if isinstance(b, torch.fx.Node)]
+    if not all(isinstance(b, torch.fx.Node) for b in buffers):
+        raise FullBlocks("a mask_mod buffer that is a constant")
+    outside = list(buffers)
     outside += [a for n in _ordered_nodes(cone) for a in n.all_input_nodes
                 if a not in cone and a not in env and a not in outside
                 and isinstance(a.meta.get("val"), torch.Tensor)]  # fmt: skip
