@@ -195,6 +195,27 @@ def test_hand_made_full_blocks_are_a_finding_naming_the_table():
     assert all("full-block counts from `aten.full_like.default`" in m for m in found)
 
 
+def test_full_block_tables_written_in_place_are_a_finding():
+    report = _report("blocks_written")
+    found = [d.message for d in report.diagnostics if d.code == "GC401"]
+    assert found and all("full-block counts from `aten.add_.Tensor`" in m for m in found)
+
+
+def test_solver_proves_a_mask_within_another_or_names_the_pair():
+    from graphcheck.analysis.obligations import judge_within
+
+    def causal(graph, q, kv, bufs):
+        return _call(graph, ATEN.ge.Tensor, q, kv)
+
+    def same_causal(graph, q, kv, bufs):
+        return _call(graph, ATEN.logical_and.default, _same_doc(graph, q, kv, bufs),
+                     causal(graph, q, kv, bufs))  # fmt: skip
+
+    assert judge_within(_mask(same_causal), _mask(causal), [DOC]).verdict == Verdict.PROVEN
+    refuted = judge_within(_mask(causal), _mask(same_causal), [DOC])
+    assert refuted.verdict == Verdict.REFUTED and WORDS.search(refuted.detail)
+
+
 @pytest.mark.parametrize(("name", "isolated"), [("blocks_doc_causal", True),
                                                 ("blocks_from_causal", False)])  # fmt: skip
 def test_the_gate_runs_full_blocks_as_the_kernels_do(name, isolated):
