@@ -255,3 +255,64 @@ def test_the_block_sparse_reference_reads_the_full_blocks():
     assert torch.equal(leaked[..., :20, :], dense[..., :20, :])  # document 0 reads itself
     for row in range(20, 24):  # document 1's rows in block row 2: block (2, 0) is full
         assert not torch.equal(leaked[..., row, :], dense[..., row, :])
+
+
+@cache
+def _exported_block_mask() -> torch.fx.GraphModule:
+    """torch's create_block_mask of a document mask, 16 tokens in blocks of 8, exported."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, doc):
+            same = lambda b, h, i, j: (doc[i] == doc[j]) & (i >= j)  # noqa: E731
+            made = create_block_mask(same, None, None, 16, 16, device="cpu", BLOCK_SIZE=8)
+            return flex_attention(q, q, q, block_mask=made)
+
+    with torch.no_grad():
+        args = (torch.randn(1, 1, 16, 8), torch.zeros(16, dtype=torch.int64))
+        return torch.export.export(Attend(), args).graph_module
+
+
+def _tables(edit=None):
+    """The full-block mask of the exported BlockMask, after ``edit(graph, full matrix)``."""
+    import copy
+
+    from graphcheck.analysis.block_tables import full_block_mask
+
+    module = copy.deepcopy(_exported_block_mask())
+    flex = next(n for n in module.graph.nodes if "flex_attention" in str(n.target))
+    tables = tuple(flex.args[4])
+    counts = tables[4]
+    while "sum" not in str(counts.target):
+        counts = counts.args[0]
+    if edit is not None:
+        edit(module.graph, counts.args[0])
+    return full_block_mask(tables)
+
+
+def test_full_block_tables_followed_to_the_vmapped_mask():
+    mask, indices = _tables()
+    assert "_remove_batch_dim" in str(mask.target)
+    assert [i is None for i in indices] == [True, True, False, False]  # reads q and kv only
+
+
+def test_a_block_matrix_written_in_place_is_not_a_count_of_the_mask():
+    from graphcheck.analysis.block_tables import FullBlocks
+
+    def fill(graph, matrix):
+        with graph.inserting_after(matrix):
+            graph.call_function(ATEN.fill_.Scalar, (matrix, 1))
+
+    with pytest.raises(FullBlocks, match=r"written in place by `aten.fill_.Scalar`"):
+        _tables(fill)
+
+
+def test_a_mask_padded_before_its_first_token_shifts_the_tiles():
+    from graphcheck.analysis.block_tables import FullBlocks
+
+    def shift(graph, matrix):
+        pad = next(n for n in graph.nodes if str(n.target) == "aten.pad.default")
+        pad.args = (pad.args[0], [1, *list(pad.args[1])[1:]], *pad.args[2:])
+
+    with pytest.raises(FullBlocks, match="padded before its first query or key"):
+        _tables(shift)

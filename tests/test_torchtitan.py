@@ -113,7 +113,8 @@ def test_flex_attention_full_blocks_proven(name):
     on the block-count dim ``ceil(T/128)`` take one branch for 1, another for more), so
     the example T proves T <= 128 only. The stage programs show no difference."""
     report = _verified(name)
-    assert report.codes == {"GC403"}
+    moe = {"GC404"} if name.removesuffix("_flex") in MOE else set()  # the MoE step state
+    assert report.codes == {"GC403"} | moe
     assert any(ONE_BLOCK in d.message for d in report.diagnostics)
     _staged_by_torchtitan(report)
 
