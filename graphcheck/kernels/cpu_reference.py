@@ -28,7 +28,10 @@ of the ``BlockMask``'s block tables, where the GPU kernels attend a *full* block
 without the mask_mod. Inside :func:`cpu_kernels` the ``flex_attention`` operator runs
 :func:`flex_blocks` instead: the pairs of the listed partial blocks where the mask_mod
 is true, every pair of the listed full blocks, no other, so a ``BlockMask`` whose full
-blocks hold pairs its mask_mod rejects shows in the bytes as it does on a GPU.
+blocks hold pairs its mask_mod rejects shows in the bytes as it does on a GPU. Code the
+model wraps in ``torch.compile`` (torchtitan compiles ``flex_attention`` and
+``create_block_mask``) runs eagerly inside the block (``torch.compiler.set_stance(
+"force_eager")``), so the references run in place of kernels compiled for the CPU.
 
 >>> import torch
 >>> from torch.nn.attention.varlen import varlen_attn
@@ -256,7 +259,8 @@ def cpu_kernels() -> Iterator[None]:
             _ACTIVE[:] = [library, 0, _swap_flex(flex_blocks)]
         _ACTIVE[1] += 1
     try:
-        yield
+        with torch.compiler.set_stance("force_eager"):
+            yield
     finally:
         with _LOCK:
             _ACTIVE[1] -= 1
