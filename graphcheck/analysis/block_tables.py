@@ -133,6 +133,7 @@ def _unwritten(tables: list[torch.fx.Node], mask: torch.fx.Node) -> None:
 
 
 def _descending(order: torch.fx.Node) -> bool:
+    """``argsort(x, stable=True, descending=True)`` over the last dim."""
     kw = order.kwargs
     plain = order.args[1:] == () and kw.get("dim", -1) == -1
     return plain and kw.get("stable") is True and kw.get("descending") is True
@@ -154,11 +155,13 @@ def _matrix(node: torch.fx.Node, sizes) -> tuple[torch.fx.Node, bool]:
 
 
 def _last_two(node: torch.fx.Node) -> bool:
+    """A transpose of the last two dims."""
     dims = sorted(d % len(_shape(node)) for d in node.args[1:3])
     return dims == [len(_shape(node)) - 2, len(_shape(node)) - 1]
 
 
 def _shape(node: torch.fx.Node) -> list:
+    """The recorded shape of ``node``."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         raise FullBlocks(f"`{node.name}` has no recorded shape")
@@ -254,10 +257,12 @@ def _from_pair(zeros, rows, cols, ones, end, levels, sizes):
 
 
 def _plus_one(end):
+    """The size ``end + 1``."""
     return sympy.sympify(_sym(end)) + 1
 
 
 def _unsqueezed(node):
+    """The counts ``num`` of ``num.unsqueeze(-1)``."""
     if op_name(node.target) != "aten.unsqueeze.default" or node.args[1] != -1:
         raise FullBlocks("scattered columns cut at something other than the counts")
     return node.args[0]
@@ -367,11 +372,14 @@ def mask_body(
                     raise FullBlocks(f"a mask body reading `{arg.name}`, not a tensor")
                 env[arg] = graph.get_attr(arg.target)
         env[node] = graph.node_copy(node, lambda a: env[a])
+    if body not in env:
+        raise FullBlocks("a mask that reads none of its indices")
     graph.output(env[body])
     return torch.fx.GraphModule(root, graph), outside
 
 
 def _ordered_nodes(nodes: set) -> list[torch.fx.Node]:
+    """``nodes`` in the order of their graph."""
     order = {n: i for i, n in enumerate(next(iter(nodes)).graph.nodes)} if nodes else {}
     return sorted(nodes, key=order.__getitem__)
 

@@ -109,6 +109,7 @@ def _judged(interp: Interp, mask_mod, buffers: list) -> Judgement:
 
 
 def _meanings(interp: Interp, buffers: list) -> list[Buffer]:
+    """What each captured buffer holds, by its abstract value and shape."""
     meanings = []
     for buf in buffers:
         val = interp.val(buf) if isinstance(buf, torch.fx.Node) else None

@@ -231,6 +231,7 @@ def flex_blocks(query, key, value, score_mod, block_mask, scale, kernel_options,
 
 
 def _read_allowed(b, h, q, kv, allowed):
+    """A ``mask_mod`` reading the dense mask of the block tables."""
     return allowed[b, h, q, kv]
 
 
