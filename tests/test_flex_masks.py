@@ -160,3 +160,159 @@ def test_identical_masks_are_solved_once():
     before = len(obligations._CACHE)
     verdicts = {judge_mask(_mask(body), [DOC]).verdict for _ in range(3)}
     assert (verdicts, len(obligations._CACHE)) == ({Verdict.PROVEN}, before + 1)
+
+
+# --- full blocks: attended whole, without the mask_mod ------------------------------------
+
+BLOCK_GUARD = "is limited to 9.."  # one block or several: torch's contiguity checks split T
+
+
+def test_full_blocks_counted_from_the_mask_mod_are_proven():
+    """torch's create_block_mask over the document mask: the full-block tables are the
+    tile sums of that mask's vmap, which the solver proves implies the mask_mod. What
+    remains is the export's split of T at one block (GC403, T >= 9 for blocks of 8)."""
+    report = _report("blocks_doc_causal")
+    assert report.codes == {"GC403"}
+    assert any(BLOCK_GUARD in d.message for d in report.diagnostics)
+
+
+def test_full_blocks_from_another_mask_are_refuted_with_a_counterexample():
+    report = _report("blocks_from_causal")
+    found = [d for d in report.diagnostics if d.code == "GC401"]
+    assert report.codes == {"GC401", "GC403"} and {d.layer for d in found} == {0, 1}
+    for d in found:
+        assert "counted from a different mask than the mask_mod" in d.message
+        assert "build the BlockMask with create_block_mask over the mask_mod" in d.message
+        q, kv = (int(g) for g in WORDS.search(d.message).group(1, 6))
+        assert kv < q  # the causal mask's full block reads an earlier document
+
+
+def test_hand_made_full_blocks_are_a_finding_naming_the_table():
+    report = _report("blocks_hand_made")
+    found = [d.message for d in report.diagnostics if d.code == "GC401"]
+    assert report.codes == {"GC401", "GC403"} and found
+    assert all("whose tables are not counted from a mask" in m for m in found)
+    assert all("full-block counts from `aten.full_like.default`" in m for m in found)
+
+
+def test_full_block_tables_written_in_place_are_a_finding():
+    report = _report("blocks_written")
+    found = [d.message for d in report.diagnostics if d.code == "GC401"]
+    assert found and all("full-block counts from `aten.add_.Tensor`" in m for m in found)
+
+
+def test_solver_proves_a_mask_within_another_or_names_the_pair():
+    from graphcheck.analysis.obligations import judge_within
+
+    def causal(graph, q, kv, bufs):
+        return _call(graph, ATEN.ge.Tensor, q, kv)
+
+    def same_causal(graph, q, kv, bufs):
+        return _call(graph, ATEN.logical_and.default, _same_doc(graph, q, kv, bufs),
+                     causal(graph, q, kv, bufs))  # fmt: skip
+
+    assert judge_within(_mask(same_causal), _mask(causal), [DOC]).verdict == Verdict.PROVEN
+    refuted = judge_within(_mask(causal), _mask(same_causal), [DOC])
+    assert refuted.verdict == Verdict.REFUTED and WORDS.search(refuted.detail)
+
+
+@pytest.mark.parametrize(("name", "isolated"), [("blocks_doc_causal", True),
+                                                ("blocks_from_causal", False)])  # fmt: skip
+def test_the_gate_runs_full_blocks_as_the_kernels_do(name, isolated):
+    """The gate's flex_attention attends full blocks whole: the full blocks of a causal
+    mask leak documents into each other (as on a GPU), the document mask's do not."""
+    from graphcheck.gate import Gate
+
+    gated = Gate(spec(f"flex_masks:{name}"), explorer=explorer(f"flex_masks:{name}"))
+    result = gated.run([1], docs=(23, 9, 31, 4), mode="graph")
+    assert result.bytes.status == "equal"
+    assert result.isolation.holds == isolated, result.isolation
+
+
+def test_the_block_sparse_reference_reads_the_full_blocks():
+    """On the same query, key and value, full blocks of a causal mask over a document
+    mask_mod attend pairs torch's dense CPU kernel masks out; consistent tables give
+    torch's bytes."""
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+    from graphcheck.kernels.cpu_reference import cpu_kernels
+
+    doc = torch.tensor([0] * 20 + [1] * 17)
+    same = lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv)  # noqa: E731
+    made = create_block_mask(same, None, None, 37, 37, device="cpu", BLOCK_SIZE=8)
+    causal = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 37, 37,
+                               device="cpu", BLOCK_SIZE=8)  # fmt: skip
+    mixed = BlockMask.from_kv_blocks(
+        causal.kv_num_blocks, causal.kv_indices, causal.full_kv_num_blocks,
+        causal.full_kv_indices, BLOCK_SIZE=8, mask_mod=same, seq_lengths=(37, 37),
+    )  # fmt: skip
+    q, k, v = (torch.randn(1, 2, 37, 16, generator=torch.Generator().manual_seed(i))
+               for i in range(3))  # fmt: skip
+    dense = flex_attention(q, k, v, block_mask=made)
+    with cpu_kernels():
+        assert torch.equal(flex_attention(q, k, v, block_mask=made), dense)
+        leaked = flex_attention(q, k, v, block_mask=mixed)
+    assert torch.equal(leaked[..., :20, :], dense[..., :20, :])  # document 0 reads itself
+    for row in range(20, 24):  # document 1's rows in block row 2: block (2, 0) is full
+        assert not torch.equal(leaked[..., row, :], dense[..., row, :])
+
+
+@cache
+def _exported_block_mask() -> torch.fx.GraphModule:
+    """torch's create_block_mask of a document mask, 16 tokens in blocks of 8, exported."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, doc):
+            same = lambda b, h, i, j: (doc[i] == doc[j]) & (i >= j)  # noqa: E731
+            made = create_block_mask(same, None, None, 16, 16, device="cpu", BLOCK_SIZE=8)
+            return flex_attention(q, q, q, block_mask=made)
+
+    with torch.no_grad():
+        args = (torch.randn(1, 1, 16, 8), torch.zeros(16, dtype=torch.int64))
+        return torch.export.export(Attend(), args).graph_module
+
+
+def _tables(edit=None):
+    """The full-block mask of the exported BlockMask, after ``edit(graph, full matrix)``."""
+    import copy
+
+    from graphcheck.analysis.block_tables import full_block_mask
+
+    module = copy.deepcopy(_exported_block_mask())
+    flex = next(n for n in module.graph.nodes if "flex_attention" in str(n.target))
+    tables = tuple(flex.args[4])
+    counts = tables[4]
+    while "sum" not in str(counts.target):
+        counts = counts.args[0]
+    if edit is not None:
+        edit(module.graph, counts.args[0])
+    return full_block_mask(tables)
+
+
+def test_full_block_tables_followed_to_the_vmapped_mask():
+    mask, indices = _tables()
+    assert "_remove_batch_dim" in str(mask.target)
+    assert [i is None for i in indices] == [True, True, False, False]  # reads q and kv only
+
+
+def test_a_block_matrix_written_in_place_is_not_a_count_of_the_mask():
+    from graphcheck.analysis.block_tables import FullBlocks
+
+    def fill(graph, matrix):
+        with graph.inserting_after(matrix):
+            graph.call_function(ATEN.fill_.Scalar, (matrix, 1))
+
+    with pytest.raises(FullBlocks, match=r"written in place by `aten.fill_.Scalar`"):
+        _tables(fill)
+
+
+def test_a_mask_padded_before_its_first_token_shifts_the_tiles():
+    from graphcheck.analysis.block_tables import FullBlocks
+
+    def shift(graph, matrix):
+        pad = next(n for n in graph.nodes if str(n.target) == "aten.pad.default")
+        pad.args = (pad.args[0], [1, *list(pad.args[1])[1:]], *pad.args[2:])
+
+    with pytest.raises(FullBlocks, match="padded before its first query or key"):
+        _tables(shift)

@@ -40,7 +40,7 @@ import torch.fx
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Kind
 
-__all__ = ["Buffer", "Judgement", "Verdict", "judge_mask", "new_layout"]
+__all__ = ["Buffer", "Judgement", "Verdict", "judge_mask", "judge_within", "new_layout"]
 
 
 class Verdict(StrEnum):
@@ -114,6 +114,27 @@ def new_layout(z3) -> _Layout:
     return _Layout(z3)
 
 
+def judge_within(
+    inner: torch.fx.GraphModule, outer: torch.fx.GraphModule, buffers: list[Buffer]
+) -> Judgement:
+    """Whether ``inner`` implies ``outer`` for every query and key ``0 <= q, kv < T``
+    (FlexAttention's full blocks: every pair the mask of the full blocks takes, the
+    mask_mod takes too). Both masks read ``buffers`` by position, as one set of values."""
+    import z3
+
+    layout = _Layout(z3)
+    try:
+        taken = _Translation(z3, layout, buffers).run(inner)
+        allowed = _Translation(z3, layout, buffers).run(outer)
+    except NotUnderstood as err:
+        return Judgement(Verdict.UNKNOWN, str(err))
+    violated = z3.And(taken, z3.Not(allowed))
+    key = "within " + violated.sexpr()
+    if key not in _CACHE:
+        _CACHE[key] = layout.judge(violated, across=False)
+    return _CACHE[key]
+
+
 @dataclass
 class _Layout:
     """The packed layout's symbols and the axioms instantiated at the terms used."""
@@ -160,9 +181,12 @@ class _Layout:
                                                              cu(a) - cu(b) >= a - b))))  # fmt: skip
         return facts
 
-    def judge(self, mask) -> Judgement:
+    def judge(self, mask, across: bool = True) -> Judgement:
+        """No model of ``mask`` (``across``: for a query and key of different documents)
+        under the layout's axioms: proven; a model: the counterexample."""
         z = self.z3
-        violated = z.And(self.doc_of(self.q) != self.doc_of(self.kv), mask)
+        different = self.doc_of(self.q) != self.doc_of(self.kv)
+        violated = z.And(different, mask) if across else z.And(z.Or(different, True), mask)
         solver = z.Optimize()
         solver.add(*self.axioms(), violated)
         solver.minimize(self.T)

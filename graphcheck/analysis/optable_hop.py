@@ -6,8 +6,10 @@
   false for every query and key of different documents
   (:mod:`graphcheck.analysis.obligations`); a refuted mask is reported with its
   counterexample, a mask the translation does not follow fails closed. The
-  ``BlockMask`` block tables are trusted to come from ``create_block_mask`` over
-  that same ``mask_mod`` (see ``docs/soundness.md``).
+  ``BlockMask``'s full blocks, where the kernel skips the mask_mod, are followed back
+  to the mask they are counted from (:mod:`graphcheck.analysis.block_tables`), which
+  the solver must prove implies the mask_mod; the other block tables only choose
+  blocks the mask_mod is applied on (see ``docs/soundness.md``).
 * Any other higher-order op (``cond``, ``while_loop``, ``map``, ``scan``) that
   touches token data cannot be followed: fail closed.
 """
@@ -17,9 +19,10 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from graphcheck.analysis.block_tables import FullBlocks, full_block_mask, mask_body
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Dep, Interp, Val, carry, has_tokens, meta_toks, shape_of
-from graphcheck.analysis.obligations import Buffer, Judgement, Verdict, judge_mask
+from graphcheck.analysis.obligations import Buffer, Judgement, Verdict, judge_mask, judge_within
 
 __all__ = ["run_higher_order"]
 
@@ -82,8 +85,8 @@ def _flex(interp: Interp, node: torch.fx.Node):
     batch = (shape_of(q) or (None,))[0]
     judged = _judged(interp, mask_mod, list(buffers), batch if type(batch) is int else None)
     proven = judged.verdict == Verdict.PROVEN
-    if proven and _full_blocks(block_mask):
-        why = "flex attention with full blocks, where the mask_mod is not applied"
+    why = _full_blocks(interp, block_mask, mask_mod, list(buffers)) if proven else None
+    if why is not None:
         return _leaked(interp, node, why, data)
     val = node.meta.get("val")
     if not proven or any(d is not None and (d.dep > Dep.DOC or d.leaks) for d in data):
@@ -103,13 +106,18 @@ def _judged(interp: Interp, mask_mod, buffers: list, batch: int | None) -> Judge
     documents (the buffers mean what their abstract values prove)."""
     if mask_mod is None:
         return Judgement(Verdict.UNKNOWN, "no mask_mod subgraph")
+    return judge_mask(mask_mod, _meanings(interp, buffers), batch)
+
+
+def _meanings(interp: Interp, buffers: list) -> list[Buffer]:
+    """What each captured buffer holds, by its abstract value and shape."""
     meanings = []
     for buf in buffers:
         val = interp.val(buf) if isinstance(buf, torch.fx.Node) else None
         shape = shape_of(buf) if isinstance(buf, torch.fx.Node) else None
         kind, extra = (val.kind, val.extra) if val is not None else (None, None)
         meanings.append(Buffer(kind, extra, tuple(shape) if shape is not None else None))
-    return judge_mask(mask_mod, meanings, batch)
+    return meanings
 
 
 def _why(judged: Judgement) -> str:
@@ -120,11 +128,28 @@ def _why(judged: Judgement) -> str:
             "mask of comparisons, and/or/not, integer arithmetic and buffer lookups)")  # fmt: skip
 
 
-def _full_blocks(block_mask) -> bool:
-    """The ``BlockMask`` lists blocks taken whole, skipping the ``mask_mod`` there
-    (``full_kv_num_blocks`` / ``full_kv_indices``): the proof of the mask_mod does not
-    cover them. graphcheck's ``create_block_mask`` stand-in makes none."""
-    return len(block_mask) > 5 and any(b is not None for b in block_mask[4:6])
+def _full_blocks(interp: Interp, block_mask, mask_mod, buffers: list) -> str | None:
+    """Why the ``BlockMask``'s full blocks (``full_kv_*`` / ``full_q_*``, attended
+    whole without the ``mask_mod``) may hold a pair the proven mask_mod rejects, or
+    ``None``: there are none, or the mask they are counted from implies the mask_mod."""
+    head = "flex attention with full blocks, where the mask_mod is not applied"
+    try:
+        found = full_block_mask(tuple(block_mask))
+        if found is None:
+            return None
+        inner, read = mask_body(*found, buffers, interp.root)
+    except FullBlocks as err:
+        return f"{head}, whose tables are not counted from a mask: {err}; {_FIX}"
+    judged = judge_within(inner, mask_mod, _meanings(interp, read))
+    if judged.verdict == Verdict.PROVEN:
+        return None
+    if judged.verdict == Verdict.REFUTED:
+        return (f"{head}, counted from a different mask than the mask_mod: the full-block "
+                f"mask takes a pair the mask_mod rejects ({judged.detail}); {_FIX}")  # fmt: skip
+    return f"{head}, counted from a mask not understood: {judged.detail}; {_FIX}"
+
+
+_FIX = "build the BlockMask with create_block_mask over the mask_mod itself"
 
 
 def _leaked(interp: Interp, node: torch.fx.Node, why: str, data):

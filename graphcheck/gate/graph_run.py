@@ -167,7 +167,15 @@ class RunStagesPass:
             done, until[node] = until.get(node, -1), limit
             writers = self.writers.get(storage_root(node), ())
             todo.extend((w, None) for w in writers if done < self.position[w] < limit)
-        return need, standin, None
+        return need | self._vmap_levels(need), standin, None
+
+    def _vmap_levels(self, need: set) -> set[torch.fx.Node]:
+        """The ``vmap`` level bookkeeping (``_vmap_increment_nesting`` and its decrement,
+        read by no node) that batch dims of ``need`` are added and removed under: every
+        level, so they run balanced and in the program's order."""
+        if not any(getattr(n.target, "__name__", "") == "_add_batch_dim" for n in need):
+            return set()
+        return {n for n in self.order if getattr(n.target, "__name__", "") in _VMAP_LEVELS}
 
     def _blocked(self, stage: int, node, home: int | None, received) -> Blocked:
         where = f"{self.program.label(node)}, made on stage {home}"
@@ -243,6 +251,9 @@ class RunStagesPass:
             err.node = node
             raise
         return torch.zeros(shape, dtype=val.dtype)
+
+
+_VMAP_LEVELS = {"_vmap_increment_nesting", "_vmap_decrement_nesting", "lazy_load_decompositions"}
 
 
 def _writers(order: list[torch.fx.Node]) -> dict[torch.fx.Node, list[torch.fx.Node]]:

@@ -23,6 +23,16 @@ summed over each group of query heads. The
 ``graphcheck::`` stand-in ops already have per-document eager implementations
 (:mod:`graphcheck.kernels.custom_ops`) and need nothing here.
 
+FlexAttention's eager CPU kernel applies the ``mask_mod`` to every pair and reads none
+of the ``BlockMask``'s block tables, where the GPU kernels attend a *full* block whole
+without the mask_mod. Inside :func:`cpu_kernels` the ``flex_attention`` operator runs
+:func:`flex_blocks` instead: the pairs of the listed partial blocks where the mask_mod
+is true, every pair of the listed full blocks, no other, so a ``BlockMask`` whose full
+blocks hold pairs its mask_mod rejects shows in the bytes as it does on a GPU. Code the
+model wraps in ``torch.compile`` (torchtitan compiles ``flex_attention`` and
+``create_block_mask``) runs eagerly inside the block (``torch.compiler.set_stance(
+"force_eager")``), so the references run in place of kernels compiled for the CPU.
+
 >>> import torch
 >>> from torch.nn.attention.varlen import varlen_attn
 >>> q = torch.randn(7, 4, 8, dtype=torch.bfloat16)
@@ -45,7 +55,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["cpu_kernels", "varlen_attention", "varlen_attention_backward"]
+__all__ = ["cpu_kernels", "flex_blocks", "varlen_attention", "varlen_attention_backward"]
 
 _LOCK = threading.Lock()
 _ACTIVE: list = []  # [Library handle, depth] while a block is open
@@ -182,22 +192,80 @@ def _varlen_attention_out(out: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     return lse
 
 
+def _dense_blocks(num, idx, shape, sizes) -> torch.Tensor:
+    """The ``[B, H, Q, KV]`` pairs of the blocks ``idx[..., i, :num[..., i]]`` lists."""
+    rows, cols = idx.shape[-2], idx.shape[-1]
+    listed = torch.arange(cols, device=idx.device) < num[..., None]
+    where = torch.where(listed, idx.long(), cols)
+    blocks = torch.zeros(*idx.shape[:-1], cols + 2, dtype=torch.bool, device=idx.device)
+    blocks.scatter_(-1, where, True)
+    blocks[..., cols:] = False  # the dump column, and the column of keys past the table
+    blocks = torch.cat([blocks, torch.zeros_like(blocks[..., :1, :])], dim=-2)
+    q_block = (torch.arange(shape[0], device=idx.device) // sizes[0]).clamp(max=rows)
+    kv_block = (torch.arange(shape[1], device=idx.device) // sizes[1]).clamp(max=cols + 1)
+    return blocks[..., q_block[:, None], kv_block[None, :]]
+
+
+def flex_blocks(query, key, value, score_mod, block_mask, scale, kernel_options,
+                score_mod_other_buffers=(), mask_mod_other_buffers=()):  # fmt: skip
+    """``flex_attention`` as the block-sparse kernels compute it: torch's eager kernel
+    on the mask ``(partial blocks and mask_mod) or full blocks``."""
+    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    from torch._higher_order_ops.flex_attention import sdpa_dense
+    from torch.nn.attention.flex_attention import _vmap_for_bhqkv
+
+    shape, sizes = (query.shape[-2], key.shape[-2]), (block_mask[-3], block_mask[-2])
+    batch, heads = query.shape[0], query.shape[1]
+    mask_mod = _vmap_for_bhqkv(block_mask[-1], prefix=(), suffix=(None,) * len(
+        mask_mod_other_buffers))  # fmt: skip
+    ranges = [torch.arange(n, device=query.device) for n in (batch, heads, *shape)]
+    with TransformGetItemToIndex():
+        applied = mask_mod(*ranges, *mask_mod_other_buffers)
+    allowed = _dense_blocks(block_mask[2], block_mask[3], shape, sizes) & applied
+    if block_mask[4] is not None:
+        allowed = allowed | _dense_blocks(block_mask[4], block_mask[5], shape, sizes)
+    allowed = allowed.expand(batch, heads, *shape).contiguous()
+    tables = (*block_mask[:-1], _read_allowed)
+    return sdpa_dense(query, key, value, score_mod, tables, scale, kernel_options,
+                      score_mod_other_buffers, (allowed,))  # fmt: skip
+
+
+def _read_allowed(b, h, q, kv, allowed):
+    """A ``mask_mod`` reading the dense mask of the block tables."""
+    return allowed[b, h, q, kv]
+
+
+def _swap_flex(kernel) -> object:
+    """Install ``kernel`` as ``flex_attention``'s dense kernel; the one it replaces."""
+    from torch._C import DispatchKey
+    from torch._higher_order_ops.flex_attention import flex_attention
+
+    key = DispatchKey.CompositeExplicitAutograd
+    previous = flex_attention.py_kernels[key]
+    flex_attention.py_kernels[key] = kernel
+    flex_attention._dispatch_cache.clear()
+    return previous
+
+
 @contextlib.contextmanager
 def cpu_kernels() -> Iterator[None]:
-    """Register the CPU reference for ``torch_attn::_varlen_attn(_out)`` inside the block."""
+    """Register the CPU reference for ``torch_attn::_varlen_attn(_out)`` and the
+    block-sparse ``flex_attention`` inside the block."""
     with _LOCK:
         if not _ACTIVE:
             library = torch.library.Library("torch_attn", "IMPL")
             library.impl("_varlen_attn", varlen_attention, "CPU")
             library.impl("_varlen_attn_out", _varlen_attention_out, "CPU")
             library.impl("_varlen_attn_backward", varlen_attention_backward, "CPU")
-            _ACTIVE[:] = [library, 0]
+            _ACTIVE[:] = [library, 0, _swap_flex(flex_blocks)]
         _ACTIVE[1] += 1
     try:
-        yield
+        with torch.compiler.set_stance("force_eager"):
+            yield
     finally:
         with _LOCK:
             _ACTIVE[1] -= 1
             if _ACTIVE[1] == 0:
                 _ACTIVE[0]._destroy()
+                _swap_flex(_ACTIVE[2])
                 _ACTIVE.clear()
