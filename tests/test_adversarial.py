@@ -53,6 +53,7 @@ GATE_MODE = "processes" if os.environ.get("GRAPHCHECK_SLOW") else "graph"
 # (violating fixture, cuts, codes that must appear, legal twin)
 ROWS = [
     ("roll_shift", (4,), {"GC401"}, "roll_masked_shift"),
+    ("roll2_start_masked_shift", (4,), {"GC401"}, "roll2_window_masked_shift"),
     ("pad_shift", (4,), {"GC401"}, "pad_masked_shift", SLOW),
     ("tril_linear_attention", (4,), {"GC401"}, "tril_doc_linear_attention"),
     ("cumsum_linear_attention", (4,), {"GC401"}, "tril_doc_linear_attention", SLOW),

@@ -39,6 +39,7 @@ __all__ = [
     "Counted",
     "Term",
     "combined",
+    "covers_shift",
     "document_id_shift",
     "layout_diff",
     "substitute",
@@ -275,3 +276,34 @@ def layout_diff(term: Term, before: Term) -> Term:
     first = ("sub", substitute(term, ("int", 0)), before)
     rest = ("sub", term, substitute(term, ("sub", TOKEN, ("int", 1))))
     return ("ite", ("eq", TOKEN, ("int", 0)), first, rest)
+
+
+_COVERS: dict[tuple[Term, int], bool] = {}
+
+
+def covers_shift(term: Term, amount: int) -> bool:
+    """Whether ``term`` holds wherever the token ``amount`` before lies in another
+    document or before the row (``pos(i) < amount``), for every ``0 <= i < T``: a
+    mask that makes a shift by ``amount`` stay inside documents."""
+    key = (term, amount)
+    if key not in _COVERS:
+        _COVERS[key] = _covers(term, amount)
+    return _COVERS[key]
+
+
+def _covers(term: Term, amount: int) -> bool:
+    import z3
+
+    from graphcheck.analysis.obligations import new_layout
+
+    lay = new_layout(z3)
+    i = lay.q
+    try:
+        held = _Z3(z3, lay, i).boolean(term)
+    except _Outside:
+        return False
+    crossing = i - lay.cu_at(lay.doc_of(i)) < amount
+    solver = z3.Solver()
+    solver.set("timeout", 5000)
+    solver.add(*lay.axioms(), crossing, z3.Not(held))
+    return solver.check() == z3.unsat

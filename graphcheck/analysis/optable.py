@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
-from graphcheck.analysis.layout_terms import TOKEN, combined, substitute, term_of
+from graphcheck.analysis.layout_terms import TOKEN, combined, covers_shift, substitute, term_of
 from graphcheck.analysis.locality import (
     Dep,
     Fill,
@@ -137,9 +137,9 @@ def pointwise(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 def _shifted(interp, node, base: str, operands, result: Val) -> Val:
-    """A token shift (``prev[t] = x[t - 1]``) stays a pending leak until it is masked
-    to a constant wherever ``t`` starts a document: then ``t - 1`` is in ``t``'s
-    document."""
+    """A token shift (``prev[t] = x[t - k]``) stays a pending leak until it is masked
+    to a constant wherever ``t - k`` lies in another document (``pos(t) < k``: for
+    ``k = 1``, the document starts); then ``t - k`` is in ``t``'s document."""
     found = []
     for arg in operands:
         val = interp.val(arg)
@@ -149,16 +149,18 @@ def _shifted(interp, node, base: str, operands, result: Val) -> Val:
     if not found:
         return result
     arg, shift = found[0]
-    if len(found) == 1 and shift[1] == 1 and _masked_at_starts(interp, node, base, operands, arg):
+    if len(found) == 1 and _masked_at_starts(interp, node, base, operands, arg, shift[1]):
         leaks = result.leaks - {shift[2]}
         dep = Dep.LEAK if leaks else max(Dep.DOC, min(result.dep, Dep.DOC))
         return result.with_(shift=None, leaks=leaks, dep=dep)
     return result.with_(shift=shift)
 
 
-def _masked_at_starts(interp, node, base: str, operands, shifted) -> bool:
-    """``masked_fill(prev, starts, c)`` or ``where(starts, c, prev)`` with ``starts`` the
-    document starts on the shifted dimension."""
+def _masked_at_starts(interp, node, base: str, operands, shifted, amount: int) -> bool:
+    """``masked_fill(prev, mask, c)`` or ``where(mask, c, prev)`` with ``mask`` on the
+    shifted dimension true wherever the token ``amount`` before lies in another
+    document (proven by the solver from the mask's term: ``position_ids == 0`` for a
+    shift by one, ``position_ids < k`` for ``k``)."""
     if base == "masked_fill" and len(operands) >= 3:
         x, mask, value = operands[:3]
         ok = x is shifted and not isinstance(value, torch.fx.Node)
@@ -167,8 +169,8 @@ def _masked_at_starts(interp, node, base: str, operands, shifted) -> bool:
         ok = x is shifted and not isinstance(value, torch.fx.Node)
     else:
         return False
-    starts = interp.val(mask)
-    if not ok or starts is None or starts.kind != Kind.DOCSTART:
+    term = term_of(interp.val(mask))
+    if not ok or term is None or not covers_shift(term, amount):
         return False
     shift_dim = interp.val(shifted).shift[0] + ndim_of(node) - len(interp.val(shifted).toks)
     return _placed(interp, node, mask) == (shift_dim,)

@@ -812,11 +812,16 @@ def shift(interp: Interp, node: torch.fx.Node) -> Val:
         return unknown(interp, node)
     dims = [d for d in _shifted_dims(node, len(src.toks)) if src.toks[d] is not None]
     clean = src.shift is None and src.dep <= Dep.DOC and not src.leaks
-    if len(dims) == 1 and clean and _shift_amount(node, dims[0], len(src.toks)) == 1:
-        interp.reasons.setdefault(node, f"`{op_name(node.target)}` shifts tokens along the "
-                                  "token dimension without masking document starts")  # fmt: skip
+    amount = _shift_amount(node, dims[0], len(src.toks)) if len(dims) == 1 else None
+    if clean and type(amount) is int and amount >= 1:
+        back = "the previous token" if amount == 1 else f"the token {amount} back"
+        fix = "== 0" if amount == 1 else f"< {amount}"
+        interp.reasons.setdefault(node, f"`{op_name(node.target)}` shifts tokens by {amount} "
+                                  f"along the token dimension and reads {back} where it lies in "
+                                  f"another document (zero the shifted value where position_ids "
+                                  f"{fix})")  # fmt: skip
         pending = frozenset({node})
-        return src.with_(dep=Dep.SPAN, leaks=pending, shift=(dims[0], 1, node), kind=None,
+        return src.with_(dep=Dep.SPAN, leaks=pending, shift=(dims[0], amount, node), kind=None,
                          guard=None, tri=None)  # fmt: skip
     if dims and _symbolic_pad(node, dims, len(src.toks)):
         return interp.leak(node, f"`{op_name(node.target)}` pads the token dimension by a "
