@@ -16,13 +16,13 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from graphcheck.analysis import optable, optable_mixers
+from graphcheck.analysis import optable, optable_groups, optable_mixers
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Interp, Val, carry, unknown, unknown_or_leak
 
 __all__ = ["FAMILIES", "TABLE", "table_markdown", "transfer"]
 
-FAMILIES = [*optable.FAMILIES, *optable_mixers.FAMILIES]
+FAMILIES = [*optable.FAMILIES, *optable_mixers.FAMILIES, *optable_groups.FAMILIES]
 
 
 def _table() -> dict:
