@@ -46,7 +46,6 @@ from graphcheck.analysis.locality import (
     carry,
     norm_dim,
     shape_of,
-    symbols,
     union,
     unknown,
 )
@@ -117,15 +116,22 @@ def counted(interp: Interp, node: torch.fx.Node) -> Val | None:
     counts' leak, carried as data (``None``: no group size is involved)."""
     val = node.meta.get("val")
     sizes = [val] if not isinstance(val, torch.Tensor) else list(val.shape)
-    found = [g for size in sizes for s in symbols(size) if (g := interp.group_sizes.get(s))]
+    found = [g for size in sizes for s in _free(size) if (g := interp.group_sizes.get(s))]
     if not found:
         return None
     toks = tuple(None for _ in sizes) if isinstance(val, torch.Tensor) else ()
     if toks:  # positions inside a group: where the other rows of its expert are
         why = "positions inside a group of rows (an arange over a group size) used as data: "
-        why += "a row's place in its expert's group depends on the other tokens' routing"
+        why += "a row's place in its expert's group depends on the other tokens' routing; "
+        why += "keep every routed row (no capacity by position in the group)"
         return interp.leak(node, why, toks=toks, inputs=[])
     return Val((), Dep.LEAK, leaks=union(g.leaks for g in found))
+
+
+def _free(size) -> set[str]:
+    """The symbols of a size, a symbolic float or a symbolic bool."""
+    node = getattr(size, "node", None)
+    return {str(s) for s in getattr(getattr(node, "expr", None), "free_symbols", ())}
 
 
 def rounds_down(node: torch.fx.Node, base: str) -> bool:
@@ -166,6 +172,9 @@ def split_by_groups(interp: Interp, node: torch.fx.Node) -> tuple | None:
     return tuple(pieces)
 
 
+_FIX = "; split by the counts per expert of the keys that sorted the rows, every expert in order"
+
+
 def _not_the_groups(node: torch.fx.Node, tok: Tok, vals: list) -> str | None:
     """Why ``vals`` are not all the groups, in order, of the sort that ordered the rows
     of token dim ``tok`` (``None``: they are)."""
@@ -173,14 +182,16 @@ def _not_the_groups(node: torch.fx.Node, tok: Tok, vals: list) -> str | None:
 
     first = vals[0]
     if any(v is None or v.kind != Kind.GROUPSIZE for v in vals) or first is None:
-        return "splits the token dimension by sizes that are not all group sizes of one count"
+        return (
+            "splits the token dimension by sizes that are not all group sizes of one count" + _FIX
+        )
     counts, _, total, extra = first.extra
     order = [v.extra[1] for v in vals]
     if any(v.extra[0] is not counts for v in vals) or order != list(range(total)):
-        return "splits rows by group sizes that are not every count of one sort, in order"
+        return "splits rows by group sizes that are not every count of one sort, in order" + _FIX
     offs = Val((None,), kind=Kind.OFFSETS, ref=first.ref, extra=extra)
     if tok.inner != 1 or not _groups_of_sort(node, offs, tok.axis):
-        return "splits rows by group sizes that do not count the keys of the sort that ordered them"
+        return "splits rows by group sizes that are not the counts of their sort's keys" + _FIX
     return None
 
 
@@ -210,11 +221,13 @@ def cat_of_pieces(interp: Interp, node: torch.fx.Node) -> Val | None:
     order = [p[2] if p is not None else None for p in parts]
     rest = {tuple(t for i, t in enumerate(v.toks) if i != dim) for v in vals if v is not None}
     if None in parts or len(families) != 1 or len(rest) != 1:
-        return interp.leak(node, "concatenates pieces of rows grouped by expert with other rows")
+        why = "concatenates pieces of rows grouped by expert with other rows; concatenate "
+        return interp.leak(node, why + "the pieces of one split only, all of them, in order")
     base, _, total = families.pop()
     if order != list(range(total)):
-        return interp.leak(node, "concatenates pieces of rows grouped by expert out of order or "
-                           "not all of them: a row's place depends on other tokens' groups")  # fmt: skip
+        why = "concatenates pieces of rows grouped by expert out of order or not all of them "
+        why += "(a row's place depends on other tokens' groups); concatenate every expert's "
+        return interp.leak(node, why + "piece, in expert order")
     toks = list(vals[0].toks)
     toks[dim] = Tok(base)
     return Val(tuple(toks), **carry(vals))
