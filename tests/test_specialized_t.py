@@ -97,3 +97,18 @@ def test_a_symbolic_pad_width_of_the_token_dim_is_a_named_finding_not_a_crash():
 def test_a_symbolic_pad_width_of_the_features_passes():
     assert report("symbolic_pad_features").verdict == "pass"
     assert report("symbolic_pad_features").diagnostics == []
+
+
+def test_a_guard_that_holds_for_every_length_is_discharged():
+    """Export refuses the dynamic T with ``T*min(64, 64*T) == 64*T``; the solver proves it
+    for every T, so the program is generic and nothing is reported."""
+    assert report("guard_always_true").verdict == "pass"
+    assert report("guard_always_true").diagnostics == []
+    assert explorer("guard_always_true").program.exported.guards == []
+
+
+def test_a_guard_that_fails_for_longer_batches_stays_gc403():
+    messages = [d.message for d in report("guard_bounded").diagnostics if d.code == "GC403"]
+    assert any("satisfy the generated guard" in m and "<= 4096" in m for m in messages)
+    assert any("input_ids is limited to 2..4096" in m for m in messages)
+    assert report("guard_bounded").verdict == "fail"

@@ -47,6 +47,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 
 from graphcheck.analysis.export_failure import export_error, is_constraint_violation, user_frame
+from graphcheck.analysis.guards import SizeRange, discharged
 from graphcheck.analysis.token_multiple import multiple_of, undeclared
 from graphcheck.kernels.attention import AttentionDropped
 from graphcheck.model.conventions import Convention, bind, detect, roles
@@ -217,8 +218,24 @@ def _export_guarded(model, mode, names, strict: bool, hidden_size, batch: Exampl
         try:
             return _export(model, args, names, strict, batch.multiple, hidden), guards
         except _GuardedError as err:
-            guards.append(_condense(err.__cause__))
+            sizes = _size_ranges(model, names, hidden, batch.multiple)
+            if discharged(str(err.__cause__), sizes) is None:
+                guards.append(_condense(err.__cause__))
             return _export(model, args, names, strict, None, hidden), guards
+
+
+def _size_ranges(model, names, hidden: int, multiple: int) -> dict[tuple[str, int], SizeRange]:
+    """Where each symbolic input size ranges, keyed as export's messages name it (the
+    forward's parameter, the dim): :func:`graphcheck.analysis.guards.discharged`."""
+    params = list(inspect.signature(model.forward).parameters)
+    sizes: dict[tuple[str, int], SizeRange] = {}
+    for param, name in zip(params, names, strict=False):
+        row = rows(hidden)[name]
+        if row.dim is None or row.dim_name is None:
+            continue
+        step = multiple if row.dim_name == "T" and multiple > 1 else 1
+        sizes[(param, row.dim)] = SizeRange(row.dim_name, max(2, step), step)
+    return sizes
 
 
 def _derived_guards(

@@ -5,6 +5,12 @@ What it checks
     the max lengths: no input dim became a constant, and export added no guard
     on them (``T % 64 == 0``, ``T >= 17``, a runtime assert).
 
+    A guard export could not simplify but that holds for every length is not a
+    finding: Llama 4's MoE makes export guard ``T*min(64, 64*T) == 64*T``, and the SMT
+    solver proves it for every T in the declared range, so the program is generic
+    (``graphcheck.analysis.guards``). A guard the solver cannot prove (``T <= 4096``,
+    ``T % 64 == 0``, an expression outside its translation) stays a finding.
+
     With ``--token-multiple K`` T is declared a multiple of K: the guard
     ``T % K == 0`` (and what it implies) is not a finding, an input dim of
     ``K*Tk`` is not a guarded expression; any other guard on T still is.
