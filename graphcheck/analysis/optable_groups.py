@@ -35,6 +35,7 @@ import sympy
 import torch
 import torch.fx
 
+from graphcheck.analysis import optable_mixers
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import (
     Dep,
@@ -52,8 +53,11 @@ from graphcheck.analysis.locality import (
 
 __all__ = [
     "FAMILIES",
+    "REFINES",
+    "cat",
     "cat_of_pieces",
     "counted",
+    "index_add",
     "item",
     "proven",
     "rounds_down",
@@ -178,8 +182,6 @@ _FIX = "; split by the counts per expert of the keys that sorted the rows, every
 def _not_the_groups(node: torch.fx.Node, tok: Tok, vals: list) -> str | None:
     """Why ``vals`` are not all the groups, in order, of the sort that ordered the rows
     of token dim ``tok`` (``None``: they are)."""
-    from graphcheck.analysis.optable_mixers import _groups_of_sort
-
     first = vals[0]
     if any(v is None or v.kind != Kind.GROUPSIZE for v in vals) or first is None:
         return (
@@ -190,7 +192,7 @@ def _not_the_groups(node: torch.fx.Node, tok: Tok, vals: list) -> str | None:
     if any(v.extra[0] is not counts for v in vals) or order != list(range(total)):
         return "splits rows by group sizes that are not every count of one sort, in order" + _FIX
     offs = Val((None,), kind=Kind.OFFSETS, ref=first.ref, extra=extra)
-    if tok.inner != 1 or not _groups_of_sort(node, offs, tok.axis):
+    if tok.inner != 1 or not optable_mixers._groups_of_sort(node, offs, tok.axis):
         return "splits rows by group sizes that are not the counts of their sort's keys" + _FIX
     return None
 
@@ -233,6 +235,26 @@ def cat_of_pieces(interp: Interp, node: torch.fx.Node) -> Val | None:
     return Val(tuple(toks), **carry(vals))
 
 
+def cat(interp: Interp, node: torch.fx.Node) -> Val:
+    """The op table's ``cat``, pieces of a split by group sizes judged first."""
+    whole = cat_of_pieces(interp, node)
+    return whole if whole is not None else optable_mixers.cat(interp, node)
+
+
+def index_add(interp: Interp, node: torch.fx.Node) -> Val:
+    """The op table's ``index_add``, a destination of top-k slots recognised first."""
+    bound = bind(node)
+    dst, idx = interp.val(bound.get("self")), interp.val(bound.get("index"))
+    rows = interp.val(bound.get("source"))
+    if dst is None or idx is None or rows is None:
+        return optable_mixers.index_add(interp, node)
+    dim = norm_dim(bound.get("dim", 0), len(dst.toks))
+    slots = slot_destination(interp, node, dst, dim, idx, rows)
+    if slots is dst:
+        return optable_mixers.index_add(interp, node)
+    return optable_mixers._scatter_rows(interp, node, slots, dim, idx, rows)
+
+
 def slot_destination(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
     """``zeros(k*T, H).index_add(0, perm, sorted_rows)``: a destination holding no token
     data, as long as the permutation, takes the labels of the rows the sort read (each
@@ -268,3 +290,6 @@ def proven(facts: list, expr) -> bool:
 
 
 FAMILIES = [("aten.item.default aten._local_scalar_dense.default", item)]
+
+# transfer functions of the op table this module refines (dispatch: transfer.py)
+REFINES = {optable_mixers.cat: cat, optable_mixers.index_add: index_add}

@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from graphcheck.analysis import optable_groups
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import (
     Dep,
@@ -620,7 +619,6 @@ def index_add(interp: Interp, node: torch.fx.Node) -> Val:
     if dst is None or idx is None or rows is None:
         return unknown(interp, node)
     dim = norm_dim(bound.get("dim", 0), len(dst.toks))
-    dst = optable_groups.slot_destination(interp, node, dst, dim, idx, rows)
     return _scatter_rows(interp, node, dst, dim, idx, rows)
 
 
@@ -699,8 +697,6 @@ def cat(interp: Interp, node: torch.fx.Node) -> Val:
     if kinds == [(Kind.CU_INNER, "starts"), (Kind.LENGTH, "T")]:  # cat([starts, [T]])
         origin = interp.fabricate(node, "cu_seq_lens offsets used as a value")
         return Val((None,), kind=Kind.CU, absolute=origin)
-    if (whole := optable_groups.cat_of_pieces(interp, node)) is not None:
-        return whole  # the pieces of a split by group sizes, or a leak
     n = ndim_of(node)
     dim = norm_dim(node.args[1] if len(node.args) > 1 else 0, n)
     vals = [interp.val(t) for t in tensors]

@@ -5,7 +5,9 @@ ops, views, reductions, norms, softmaxes, factories, sizes) and
 :mod:`graphcheck.analysis.optable_mixers` (contractions, scans, sorts, indexing,
 attention). An op that is not in the table and touches a token dimension makes its
 result ``LEAK``: the proof fails closed. Custom ops and higher-order ops
-(:mod:`graphcheck.analysis.optable_hop`) have their own fallbacks.
+(:mod:`graphcheck.analysis.optable_hop`) have their own fallbacks;
+:mod:`graphcheck.analysis.optable_groups` adds ``item`` and refines ``cat`` and
+``index_add`` for rows split by group sizes.
 
 >>> "aten.add.Tensor" in TABLE, "aten.cumsum.default" in TABLE, "aten.frobnicate" in TABLE
 (True, True, False)
@@ -55,6 +57,7 @@ def transfer(interp: Interp, node: torch.fx.Node):
         written = node.args[0] if node.args else None
     if fn is None:
         fn = _fallback(node)
+    fn = optable_groups.REFINES.get(fn, fn)  # pieces of rows split by group sizes
     try:
         result = fn(interp, node)
     except (IndexError, KeyError, TypeError, ValueError, AttributeError) as err:
