@@ -151,7 +151,7 @@ def split_by_groups(interp: Interp, node: torch.fx.Node) -> tuple | None:
     """``rows.split(sizes)`` with group sizes along a token dim: the pieces of the sort's
     groups when proven (see the module), a leak naming what differs otherwise; ``None``
     when no size is a group size (the plain split's rule applies)."""
-    if op_name(node.target) not in ("aten.split_with_sizes.default", "aten.split.sizes"):
+    if op_name(node.target) != "aten.split_with_sizes.default":
         return None
     bound = bind(node)
     rows, sizes = interp.val(bound.get("self")), list(bound.get("split_sizes") or ())
