@@ -140,3 +140,74 @@ def test_a_row_without_a_batch_dim_is_refused():
     assert accepted_inputs(_Plain(), Convention("plain", "x", "pos", MaskSource.ARGUMENTS)) == (
         ("input_ids",), False,  # forward(x) takes the tokens first: called positionally
     )  # fmt: skip
+
+
+# --- what torchtitan's models hand their attention: log-sum-exp, masks by name -------------
+
+SINKS, SINKS_MIXED = spec("conventions:titan_sinks"), spec("conventions:titan_sinks_mixed")
+FLEX_MASKS, FLEX_CAUSAL = (
+    spec("conventions:titan_flex_masks"),
+    spec("conventions:titan_flex_masks_causal"),
+)
+
+
+def _leaks(report) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for d in report.diagnostics:
+        if d.code == "GC401":
+            found.setdefault(d.layer, []).append(d.message)
+    return found
+
+
+def test_attention_sinks_scale_each_token_by_its_own_log_sum_exp():
+    """Varlen attention's log-sum-exp ``[N, T]`` has the token dim of its own shape (not
+    the output's ``[T, N, H]``): transposed and reshaped to ``[T, N]`` it scales each
+    token's output, document-local. The twin subtracts its mean over all tokens: GC401
+    at that mean."""
+    pytest.importorskip("torchtitan")
+    report = api.verify(SINKS, cuts=[1], stage_builder="none")
+    assert (report.verdict, report.codes) == ("pass", set())
+    mixed = api.verify(SINKS_MIXED, cuts=[1], stage_builder="none")
+    assert mixed.codes == {"GC401"}
+    assert list(_leaks(mixed)) == [0]
+    assert _leaks(mixed)[0][0].startswith("mean over the token dimension without a document")
+
+
+def test_masks_as_a_mapping_of_block_masks_each_layer_its_own():
+    """``get_attention_masks`` returning a mapping of names to BlockMasks (one per kind of
+    layer) is rebuilt inside the program; each layer's mask_mod is judged: the document
+    window and the document mask are proven, the window without documents is refuted on
+    layer 0 alone."""
+    pytest.importorskip("torchtitan")
+    report = api.verify(FLEX_MASKS, cuts=[1])
+    assert (report.verdict, report.codes) == ("pass", set())
+    assert report.stage_summary() == "2 stage programs, 0 differences"
+    causal = api.verify(FLEX_CAUSAL, cuts=[1], stage_builder="none")
+    assert "GC401" in causal.codes and list(_leaks(causal)) == [0]
+    assert "mask_mod lets documents read each other" in _leaks(causal)[0][0]
+
+
+def test_a_mapping_of_other_masks_is_one_line(cli):
+    """A mapping whose values are not BlockMasks (varlen metadata) is refused (exit 2),
+    naming what it holds and what graphcheck takes."""
+    pytest.importorskip("torchtitan")
+    code, out, err = cli("verify", spec("conventions:titan_masks_of_metadata"), "--cuts", "1")
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1
+    assert "get_attention_masks(positions) returned dict of Metadata" in err
+    assert "a mapping of names to BlockMasks or None" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict"),
+    [
+        ("titan_sinks", "pass"), ("titan_sinks_mixed", "fail"),
+        ("titan_flex_masks", "pass"), ("titan_flex_masks_causal", "fail"),
+    ],
+)  # fmt: skip
+def test_the_gate_agrees_on_sinks_and_mask_mappings(name, verdict):
+    pytest.importorskip("torchtitan")
+    from graphcheck.gate.run import gate
+
+    result = gate(spec(f"conventions:{name}"), [1], mode="graph")
+    assert (result.static_verdict, result.bytes.status) == (verdict, "equal")
+    assert result.isolation.holds == (verdict == "pass"), result.isolation

@@ -19,7 +19,7 @@ from graphcheck.gate.run import gate
 from graphcheck.rules import MISMATCH_CODES
 
 LLAMA3 = spec("torchtitan_models:llama3")
-MOE = {"deepseek_v3", "qwen3_moe"}  # the debug flavours with MoE layers
+MOE = {"deepseek_v3", "qwen3_moe", "gpt_oss"}  # the debug flavours with MoE layers
 
 
 def _verified(name: str):
@@ -65,7 +65,9 @@ def test_llama3_map_judges_every_boundary():
     assert all(c.verdict == "pass" for c in report.cuts)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "deepseek_v3", "deepseek_v3_dense", "qwen3_moe"])
+@pytest.mark.parametrize(
+    "name", ["qwen3", "deepseek_v3", "deepseek_v3_dense", "qwen3_moe", "gpt_oss"]
+)
 def test_verifies_unadapted(name):
     """Verified at cut 1 with torchtitan's own stages, and every boundary of the map is
     legal. The MoE models in ``model.train()`` add the tokens per expert of all
@@ -81,7 +83,7 @@ def test_verifies_unadapted(name):
     assert [(c.position, c.verdict) for c in mapped.cuts] == [(0, "pass"), (1, "pass"), (2, "pass")]
 
 
-@pytest.mark.parametrize("name", ["llama3", "qwen3", "deepseek_v3", "deepseek_v3_dense"])
+@pytest.mark.parametrize("name", ["llama3", "qwen3", "deepseek_v3", "deepseek_v3_dense", "gpt_oss"])
 def test_gate_equal_bytes_and_bitwise_isolation(name):
     result = gate(spec(f"torchtitan_models:{name}"), [1])
     assert result.exit_code == 0
@@ -94,7 +96,7 @@ def test_moe_routing_is_proven_token_wise():
     """torchtitan's MoE routing (argsort dispatch, tokens per expert from the one-hot
     routing map, the grouped matmul, ``torchtitan::deterministic_scatter_add``) is proven
     row by row, in ``model.eval()`` with no finding at all."""
-    for name in ("deepseek_v3", "qwen3_moe"):
+    for name in ("deepseek_v3", "qwen3_moe", "gpt_oss"):
         evaluated = api.verify(spec(f"torchtitan_models:{name}"), cuts=[1], program_mode="eval")
         assert (evaluated.verdict, evaluated.codes) == ("pass", set())
 
@@ -111,3 +113,54 @@ def test_flex_attention_as_it_stands():
     leaks = [d.message for d in report.diagnostics if d.code == "GC401"]
     assert leaks and all("with full blocks, where the mask_mod is not applied" in m for m in leaks)
     _staged_by_torchtitan(report)  # expected: 0 stage program differences
+
+
+def test_gpt_oss_sinks_windows_and_biased_experts():
+    """GPT-OSS: each layer's varlen attention returns its log-sum-exp too, which scales
+    the output by ``sigmoid(lse - sinks)`` token by token; layer 0 attends in a 128-token
+    window, layer 1 in full; its stage programs build each layer's own choice (no
+    difference). The experts' bias reaches the second stage as a replicated input."""
+    from graphcheck.analysis.locality import bind
+
+    explorer = api.Explorer(spec("torchtitan_models:gpt_oss"))
+    report = explorer.verify([1])
+    assert (report.verdict, report.errors, report.codes) == ("pass", [], {"GC404"})
+    _staged_by_torchtitan(report)
+    attention = [n for n in explorer.program.graph.nodes if "_varlen_attn" in str(n.target)]
+    assert [list(bind(n)["window_size"]) for n in attention] == [[127, 0], [-1, 0]]
+    assert all(any(u.args[1] == 1 and u.users for u in n.users) for n in attention)  # lse read
+    crossing = {v.node.name: str(v.role) for v in report.cut(1).crossing}
+    assert crossing["cu_seq_lens_q"] == crossing["b_layers_1_moe_expert_bias_e"] == "replicated"
+
+
+def test_gpt_oss_flex_as_it_stands():
+    """GPT-OSS with flex attention: ``get_attention_masks`` returns a mapping (the full
+    mask and the sliding-window one, each layer picking its own by name), rebuilt inside
+    the program. Both mask_mods are proven; what remains is llama3_flex's: the BlockMask's
+    full blocks (GC401, one per layer) and the block size bounding T (GC403)."""
+    report = _verified("gpt_oss_flex")
+    assert report.codes == {"GC401", "GC403", "GC404"}
+    leaks = [d for d in report.diagnostics if d.code == "GC401"]
+    assert {d.layer for d in leaks} == {0, 1}
+    assert all("with full blocks, where the mask_mod is not applied" in d.message for d in leaks)
+    _staged_by_torchtitan(report)
+
+
+@pytest.mark.parametrize(
+    ("builder", "verdict"), [("by_global_index", "pass"), ("by_stage_position", "fail")]
+)
+def test_gpt_oss_window_flip_is_found_and_the_gate_agrees(builder, verdict):
+    """A stage builder that builds a stage's ``j``-th layer from ``config.layers[j]``
+    gives GPT-OSS's second stage layer 0's 128-token window: GC301 names the kernel's
+    window. The gate, with a 200-token document (past the window; the default documents
+    are all shorter), shows the logits differ from token 128 on. The twin building each
+    layer from its own config: PASS, equal bytes."""
+    stages = spec(f"torchtitan_stages:{builder}")
+    report = api.verify(spec("torchtitan_models:gpt_oss"), cuts=[1], stage_builder=stages)
+    assert report.verdict == verdict
+    assert report.codes == ({"GC404"} if verdict == "pass" else {"GC301", "GC404"})
+    flips = [d.message for d in report.diagnostics if d.code == "GC301"]
+    assert all("window_size=[-1, 0]" in m and "window_size=[127, 0]" in m for m in flips)
+    result = gate(spec("torchtitan_models:gpt_oss"), [1], stage_builder=stages, docs=(200, 56))
+    assert result.bytes.status == ("equal" if verdict == "pass" else "differ")
+    assert result.isolation.holds and result.static_verdict == verdict

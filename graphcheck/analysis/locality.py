@@ -96,6 +96,7 @@ class Kind(StrEnum):
     CU_INNER = "cu_seq_lens without its first or last entry"
     DOCSTART = "document starts"
     DOCID = "document ids"
+    DOCSEP = "values equal only inside one document"  # ref: the prefix sum that made them
     DOCOFFSETS = "document starts by document id"
     INDEX = "token index"  # arange over the token axis
     PERM = "sort permutation"
@@ -108,6 +109,7 @@ class Kind(StrEnum):
     INVERSE = "inverse permutation"
     SELECT = "token-wise selection"  # nonzero of a per-token predicate
     LENGTH = "packed length"
+    LAYOUT = "a function of the batch layout"  # extra: its term (layout_terms)
 
 
 @dataclass(frozen=True, slots=True)

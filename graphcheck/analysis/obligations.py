@@ -40,7 +40,7 @@ import torch.fx
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Kind
 
-__all__ = ["Buffer", "Judgement", "Verdict", "judge_mask"]
+__all__ = ["Buffer", "Judgement", "Verdict", "judge_mask", "new_layout"]
 
 
 class Verdict(StrEnum):
@@ -85,8 +85,12 @@ _FACTORIES |= {"scalar_tensor": None}
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
 
-def judge_mask(mask_mod: torch.fx.GraphModule, buffers: list[Buffer]) -> Judgement:
-    """Whether ``mask_mod`` is false for every query and key of different documents."""
+def judge_mask(
+    mask_mod: torch.fx.GraphModule, buffers: list[Buffer], batch: int | None = None
+) -> Judgement:
+    """Whether ``mask_mod`` is false for every query and key of different documents;
+    ``batch`` the attention's batch size when it is known (the packed row's ``1``: the
+    mask's batch index is then ``0``)."""
     import z3
 
     layout = _Layout(z3)
@@ -94,10 +98,20 @@ def judge_mask(mask_mod: torch.fx.GraphModule, buffers: list[Buffer]) -> Judgeme
         term = _Translation(z3, layout, buffers).run(mask_mod)
     except NotUnderstood as err:
         return Judgement(Verdict.UNKNOWN, str(err))
+    if batch is not None:
+        b = z3.Int("b")
+        term = z3.And(term, b >= 0, b < batch)  # the batch index ranges over the batch
     key = term.sexpr()
     if key not in _CACHE:
         _CACHE[key] = layout.judge(term)
     return _CACHE[key]
+
+
+def new_layout(z3) -> _Layout:
+    """The packed layout's symbols (``T``, ``N``, ``cu``, ``doc``, tokens ``q`` and ``kv``);
+    its :meth:`~_Layout.axioms`, taken after the terms are built, are instantiated at
+    the terms used."""
+    return _Layout(z3)
 
 
 @dataclass

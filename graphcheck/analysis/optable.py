@@ -17,6 +17,7 @@ import torch.fx
 
 from graphcheck.analysis import optable_groups
 from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.layout_terms import TOKEN, combined, substitute, term_of
 from graphcheck.analysis.locality import (
     Dep,
     Fill,
@@ -80,14 +81,21 @@ def scalar_tensor(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 def arange(interp: Interp, node: torch.fx.Node) -> Val:
-    """An ``arange`` over T is the absolute token index."""
+    """An ``arange`` over T is the absolute token index (from another start, the index
+    plus that start: a function of the layout)."""
     if (grouped := optable_groups.counted(interp, node)) is not None:
         return grouped  # positions inside a group of rows
     toks = meta_toks(node.meta.get("val"), interp.tokens)
     if not any(toks):
         return Val(toks)
     origin = interp.fabricate(node, "an arange over the packed length (absolute token index)")
-    return Val(toks, kind=Kind.INDEX, absolute=origin)
+    bound = bind(node)
+    start, step = bound.get("start", 0), bound.get("step", 1)
+    if start == 0 and step == 1:
+        return Val(toks, kind=Kind.INDEX, absolute=origin)
+    if type(start) is int and step == 1:
+        return Val(toks, kind=Kind.LAYOUT, extra=("add", TOKEN, ("int", start)), absolute=origin)
+    return Val(toks, absolute=origin)
 
 
 def getitem(interp: Interp, node: torch.fx.Node) -> Val:
@@ -103,6 +111,7 @@ def getitem(interp: Interp, node: torch.fx.Node) -> Val:
 _PRESERVE = {"to", "_to_copy", "clone", "contiguous", "type_as", "alias", "detach", "copy"}
 _PRESERVE |= {"lift_fresh_copy", "float", "bfloat16", "half", "positive"}
 _ZERO_KEEP = {"neg", "relu", "silu", "gelu", "tanh", "sin", "abs", "sqrt", "sign", "erf"}
+_ZERO_KEEP |= {"dropout", "feature_dropout"}  # x * mask / (1 - p): a zero stays zero
 _NEGINF_TO_ZERO = {"exp", "sigmoid", "softplus", "relu", "exp2"}
 _RELATIVE = {"sub", "eq", "ne", "lt", "le", "gt", "ge"}
 _ORDER = {"gt": 1, "ge": 0}  # a > b: a - b >= 1; a >= b: a - b >= 0 (lt / le swap the sides)
@@ -265,13 +274,20 @@ def _created(interp, node, base: str, operands, which: str) -> Pair | None:
     if ra == rb:
         return None
     kinds = {v.kind for v in vals}
-    if which == "guard" and kinds == {Kind.DOCID} and base in ("eq", "ne"):
+    same_ids = type(vals[0].extra) is int and vals[0].extra == vals[1].extra  # doc + k both
+    ids = (kinds == {Kind.DOCID} and same_ids) or _one_separator(vals)
+    if which == "guard" and ids and base in ("eq", "ne"):
         return Pair(ra, rb, Fill.ZERO if base == "eq" else Fill.TRUE)
     if which == "tri" and kinds == {Kind.INDEX} and base in ("gt", "ge", "lt", "le"):
         if base in ("lt", "le"):
             ra, rb = rb, ra
         return Pair(ra, rb, Fill.ZERO, _ORDER["gt" if base in ("gt", "lt") else "ge"])
     return None
+
+
+def _one_separator(vals: list[Val]) -> bool:
+    """Both sides read one prefix sum whose values are equal only inside a document."""
+    return all(v.kind == Kind.DOCSEP for v in vals) and vals[0].ref is vals[1].ref
 
 
 def _combine(base: str, fills: list, node) -> Fill | str | None:
@@ -309,15 +325,50 @@ def _arith(base: str, fills: list) -> Fill | str | None:
 
 
 def _kind(interp, node, base: str, operands, result: Val) -> Val:
-    """Structural kinds that survive or arise in a token-wise op."""
+    """Structural kinds that survive or arise in a token-wise op; otherwise, when every
+    operand is a function of the layout, the result is one too (its term)."""
+    known = _structural_kind(interp, node, base, operands, result)
+    if known.kind is not None or result.leaks:
+        return known
+    return _layout_kind(interp, node, base, operands, known)
+
+
+_EXACT = {torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+
+
+def _layout_kind(interp, node, base: str, operands, result: Val) -> Val:
+    """``position_ids[:, :1] - 1``, ``diff != 1``: the term of an element-wise op over
+    functions of the layout, all along one token dim (exact integers and booleans)."""
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or out.dtype not in _EXACT:
+        return result
+    args, places = [], set()
+    for arg in operands:
+        if not isinstance(arg, torch.fx.Node):
+            args.append(arg)
+            continue
+        term = term_of(interp.val(arg))
+        if term is None:
+            return result
+        args.append(term)
+        places |= set(_placed(interp, node, arg))
+    term = combined(base, args) if len(places) <= 1 else None
+    return result if term is None else result.with_(kind=Kind.LAYOUT, extra=term)
+
+
+def _structural_kind(interp, node, base: str, operands, result: Val) -> Val:
     first = interp.val(operands[0]) if operands else None
     if first is None or first.kind is None:
         return result
     others = operands[1:]
+    if first.kind == Kind.LAYOUT and getattr(node.meta.get("val"), "dtype", None) not in _EXACT:
+        return result  # a term is exact; a float or bf16 copy may round it
     if base in _PRESERVE and not any(isinstance(a, torch.fx.Node) for a in others):
         return result.with_(kind=first.kind, ref=first.ref, extra=first.extra, dep=first.dep)
     if base == "eq" and first.kind == Kind.POS and others == [0]:
         return result.with_(kind=Kind.DOCSTART)
+    if base in ("add", "sub") and first.kind == Kind.INDEX and others == [0]:
+        return result.with_(kind=Kind.INDEX)  # cache_position = arange(T) + 0
     if base in ("add", "sub") and first.kind == Kind.DOCID and _constants(others):
         return result.with_(kind=Kind.DOCID, extra=_doc_shift(first.extra, base, others))
     floor = base in ("floordiv", "floor_divide") or optable_groups.rounds_down(node, base)
@@ -579,6 +630,9 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
     n = len(src.toks) if src else ndim_of(node)
     dim = norm_dim(bound.get("dim", 0), n)
     if src is not None and src.toks[dim] is not None and not _whole(bound, shape, dim):
+        picked = _layout_at(node, src, bound, dim)
+        if picked is not None:
+            return picked
         return interp.leak(node, "slices the token dimension (shifts or drops tokens)")
     toks = src.toks if src else meta_toks(node.meta.get("val"), interp.tokens)
     result = _viewed(interp, node, {i: i for i in range(n)}, toks)
@@ -586,6 +640,20 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
         part = _cu_part(bound, shape, dim) if src.kind == Kind.CU else None
         result = result.with_(kind=Kind.CU_INNER if part else None, extra=part)
     return result
+
+
+def _layout_at(node: torch.fx.Node, src: Val, bound: dict, dim: int) -> Val | None:
+    """``position_ids[:, :1]``: one token of a function of the layout, picked at a
+    constant index, is that function's value there (no token dim left)."""
+    term, out = term_of(src), shape_of(node)
+    start, step = bound.get("start") or 0, bound.get("step", 1)
+    if term is None or out is None or type(start) is not int or start < 0 or step not in (1, None):
+        return None
+    if not (isinstance(out[dim], int) and out[dim] == 1):
+        return None
+    toks = tuple(None if i == dim else t for i, t in enumerate(src.toks))
+    return src.with_(toks=toks, kind=Kind.LAYOUT, extra=substitute(term, ("int", start)),
+                     guard=None, tri=None)  # fmt: skip
 
 
 def _cu_part(bound: dict, shape, dim: int) -> str | None:
@@ -788,8 +856,10 @@ def dropout(interp: Interp, node: torch.fx.Node):
     src = interp.val(node.args[0])
     if src is None:
         return unknown(interp, node)
-    result = Val(src.toks, **carry([src]))  # what the input guarantees is dropped
-    return (result, result)
+    zeros = src.guard if src.guard is not None and src.guard.fill == Fill.ZERO else None
+    result = Val(src.toks, **carry([src]), guard=zeros)  # x * mask / (1 - p): 0 stays 0
+    mask = Val(src.toks, **carry([src]))
+    return (result, mask)
 
 
 _POINTWISE = """

@@ -79,7 +79,8 @@ def _flex(interp: Interp, node: torch.fx.Node):
     buffers = node.args[8] if len(node.args) > 8 else ()
     mask_mod = _module(interp, block_mask[-1]) if block_mask else None
     data = [interp.val(a) for a in (q, k, v, *buffers) if isinstance(a, torch.fx.Node)]
-    judged = _judged(interp, mask_mod, list(buffers))
+    batch = (shape_of(q) or (None,))[0]
+    judged = _judged(interp, mask_mod, list(buffers), batch if type(batch) is int else None)
     proven = judged.verdict == Verdict.PROVEN
     if proven and _full_blocks(block_mask):
         why = "flex attention with full blocks, where the mask_mod is not applied"
@@ -97,7 +98,7 @@ def _flex(interp: Interp, node: torch.fx.Node):
     return tuple(result for _ in val) if isinstance(val, tuple | list) else result
 
 
-def _judged(interp: Interp, mask_mod, buffers: list) -> Judgement:
+def _judged(interp: Interp, mask_mod, buffers: list, batch: int | None) -> Judgement:
     """The solver's verdict on the mask: false for every pair of tokens of different
     documents (the buffers mean what their abstract values prove)."""
     if mask_mod is None:
@@ -108,7 +109,7 @@ def _judged(interp: Interp, mask_mod, buffers: list) -> Judgement:
         shape = shape_of(buf) if isinstance(buf, torch.fx.Node) else None
         kind, extra = (val.kind, val.extra) if val is not None else (None, None)
         meanings.append(Buffer(kind, extra, tuple(shape) if shape is not None else None))
-    return judge_mask(mask_mod, meanings)
+    return judge_mask(mask_mod, meanings, batch)
 
 
 def _why(judged: Judgement) -> str:

@@ -28,6 +28,7 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.layout_terms import document_id_shift, layout_diff, term_of
 from graphcheck.analysis.locality import (
     Dep,
     Fill,
@@ -256,9 +257,8 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
         return src.with_(kind=kind, guard=None)
     if (earlier := interp.passed_on(node, [src])) is not None:
         return earlier
-    if src.kind == Kind.DOCSTART:
-        origin = interp.fabricate(node, "document ids counted over the packed row")
-        return Val(src.toks, kind=Kind.DOCID, absolute=origin, extra=1)  # doc + 1
+    if (ids := _counted_documents(interp, node, src, dim)) is not None:
+        return ids
     tri = src.tri
     if tri is not None and tri.row == dim and tri.k >= 0 and src.dep <= Dep.DOC:
         return src.with_(dep=Dep.SPAN if src.dep else Dep.NONE, guard=None, kind=None)
@@ -268,15 +268,49 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
     return interp.leak(node, "prefix sum over the token dimension crosses document boundaries")
 
 
+def _counted_documents(interp, node, src: Val, dim: int) -> Val | None:
+    """A prefix sum over T of an indicator the solver proves is "a document starts
+    here" (``(position_ids == 0)``, transformers' ``diff(positions) != 1``): the document
+    ids (:func:`~graphcheck.analysis.layout_terms.document_id_shift`)."""
+    term = term_of(src)
+    out = node.meta.get("val")
+    exact = isinstance(out, torch.Tensor) and not out.dtype.is_floating_point
+    if term is None or src.toks[dim] is None or not exact:
+        return None
+    counted = document_id_shift(term)
+    if counted.separates:
+        origin = interp.fabricate(node, "document separators counted over the packed row")
+        return Val(src.toks, kind=Kind.DOCSEP, ref=node, absolute=origin)
+    if counted.shift is None:
+        if counted.why:
+            why = "a prefix sum over T of a function of the positions that is not the "
+            why += f"document id ({counted.why})"
+            return interp.leak(node, why)
+        return None
+    origin = interp.fabricate(node, "document ids counted over the packed row")
+    return Val(src.toks, kind=Kind.DOCID, absolute=origin, extra=counted.shift)
+
+
 def diff(interp: Interp, node: torch.fx.Node) -> Val:
     """``diff``: over a feature dim token-wise; over T each token minus its neighbour,
-    which at a document start is the previous document's last token. A ``prepend`` or
-    ``append`` is not followed (unknown: fails closed)."""
+    which at a document start is the previous document's last token. Of a function of
+    the layout (positions), with a ``prepend`` that is one too, the result is one too
+    (its term); any other ``prepend`` or ``append`` is not followed (fails closed)."""
     src = _src(interp, node)
     bound = bind(node)
-    if src is None or bound.get("prepend") is not None or bound.get("append") is not None:
+    if src is None:
         return unknown(interp, node)
     dim = norm_dim(bound.get("dim", -1), len(src.toks))
+    before, after = interp.val(bound.get("prepend")), bound.get("append")
+    term, first = term_of(src), term_of(before)
+    simple = bound.get("n", 1) == 1 and after is None and src.toks[dim] is not None
+    if simple and term is not None and first is not None and not before.token_dims:
+        shape = shape_of(bound.get("prepend"))
+        if shape is not None and len(shape) == len(src.toks) and is_one(shape[dim]):
+            return src.with_(kind=Kind.LAYOUT, extra=layout_diff(term, first), guard=None,
+                             tri=None, **carry([src, before]))  # fmt: skip
+    if bound.get("prepend") is not None or after is not None:
+        return unknown(interp, node)
     if src.toks[dim] is None:
         return src.with_(kind=None, guard=None, tri=None)
     return interp.leak(node, "difference of neighbouring tokens (diff over T) crosses documents")
@@ -451,12 +485,48 @@ def index(interp: Interp, node: torch.fx.Node) -> Val:
     if src is None:
         return unknown(interp, node)
     used = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if (same := _by_token_index(interp, node, src, used)) is not None:
+        return same
     if len(used) == 1:
         d, idx = used[0]
         value = interp.val(idx)
         if value is not None:
             return _gather_rows(interp, node, src, d, value)
     return _multi_index(interp, node, src, used)
+
+
+def _by_token_index(interp, node, src: Val, used) -> Val | None:
+    """``x[b, q_idx]`` with each token dim of ``x`` indexed by the token index itself
+    (``arange(T)``, viewed to any shape) and its other indexed dims of size 1: every
+    element reads the token it stands for, so ``x``'s value (and what it is) moves to
+    the dims the index broadcasts to (``None``: not such an index)."""
+    shape, out = shape_of(node.args[0]), shape_of(node)
+    if shape is None or out is None or not used:
+        return None
+    lanes = max(len(shape_of(i) or ()) for _, i in used)
+    placed: list = [None] * lanes
+    for d, idx in used:
+        value, ishape = interp.val(idx), shape_of(idx)
+        if value is None or ishape is None:
+            return None
+        if src.toks[d] is None:
+            if not is_one(shape[d]) or value.token_dims:
+                return None
+            continue
+        if value.kind != Kind.INDEX or [value.toks[i] for i in value.token_dims] != [src.toks[d]]:
+            return None
+        lane = lanes - len(ishape) + value.token_dims[0]
+        if placed[lane] not in (None, src.toks[d]):
+            return None
+        placed[lane] = src.toks[d]
+    dims = [d for d, _ in used]
+    kept = [src.toks[d] for d in range(len(src.toks)) if d not in dims]
+    first = dims[0]
+    adjacent = dims == list(range(first, first + len(dims)))
+    toks = [*kept[:first], *placed, *kept[first:]] if adjacent else [*placed, *kept]
+    if len(toks) != len(out):
+        return None
+    return src.with_(toks=tuple(toks), guard=None, tri=None, shift=None)
 
 
 def _multi_index(interp, node, src: Val, used) -> Val:
@@ -850,6 +920,8 @@ def triangle(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 def _doc_attention(interp, node, data: list, proven: bool, why: str):
+    """Each output of an attention kernel (the output, a log-sum-exp ``[N, T]``) with the
+    token dims of its own shape, of one origin: document-local when ``proven``."""
     vals = [interp.val(a) for a in data if isinstance(a, torch.fx.Node)]
     if not proven or any(v is not None and (v.dep > Dep.DOC or v.leaks) for v in vals):
         leak = interp.leak(node, why) if not proven else None
@@ -858,7 +930,9 @@ def _doc_attention(interp, node, data: list, proven: bool, why: str):
         result = Val(meta_toks(_first(node), interp.tokens), **{**carry(vals), "dep": Dep.DOC})
         result = result.with_(absolute=union(v.absolute for v in vals if v is not None))
     val = node.meta.get("val")
-    return tuple(result for _ in val) if isinstance(val, tuple | list) else result
+    if not isinstance(val, tuple | list):
+        return result
+    return tuple(result.with_(toks=meta_toks(out, interp.tokens)) for out in val)
 
 
 def _first(node):

@@ -13,9 +13,10 @@ names: one row of :data:`CONVENTIONS` per framework says which.
   trainer builds them and hands them to every pipeline stage.
 
 Masks from the model (``MaskSource.MODEL``): the model's function runs on the
-example batch's real positions first. A flex ``BlockMask`` (or ``None``: no mask)
-is built again inside the exported program from its symbolic positions, so the
-proof sees the mask the way a stage receives it, derived from positions.
+example batch's real positions first. A flex ``BlockMask`` (or ``None``: no mask, or
+a mapping of names to those, one per kind of layer) is built again inside the
+exported program from its symbolic positions, so the proof sees the mask the way a
+stage receives it, derived from positions.
 Varlen metadata (a ``VarlenMetadata``: ``cu_seq_q``, ``cu_seq_k``, ``max_q``,
 ``max_k``) cannot be traced from positions: torchtitan's
 ``create_varlen_metadata_for_document`` takes ``int(lengths.max().item())``, a
@@ -46,7 +47,7 @@ none is one line that lists the rows and the flag (exit 2).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -244,7 +245,8 @@ def _argument_roles(model, convention: Convention) -> tuple[tuple[str, ...], boo
 def _example_masks(model, convention: Convention, docs: tuple[int, ...]):
     """The model's masks for the example batch's real positions, checked to be a kind
     graphcheck can take: varlen metadata of exactly the batch's documents, a flex
-    ``BlockMask`` or ``None`` (rebuilt inside the program)."""
+    ``BlockMask`` or ``None``, or a mapping of names to those (rebuilt inside the
+    program)."""
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -255,11 +257,12 @@ def _example_masks(model, convention: Convention, docs: tuple[int, ...]):
         masks = getattr(model, convention.masks_method)(positions)
         if _is_varlen(masks):
             _check_metadata(model, masks, docs)
-    if not _is_varlen(masks) and masks is not None and not _is_block_mask(masks):
+    if not _is_varlen(masks) and not _is_flex(masks):
         raise ExportError(
             f"{type(model).__name__}.{convention.masks_method}(positions) returned "
-            f"{type(masks).__name__}: graphcheck takes varlen metadata (cu_seq_q, cu_seq_k, "
-            "max_q, max_k), a flex BlockMask or None"
+            f"{_kind(masks)}: graphcheck takes varlen metadata (cu_seq_q, cu_seq_k, "
+            "max_q, max_k), a flex BlockMask or None, or a mapping of names to BlockMasks "
+            "or None (one per kind of layer)"
         )
     return masks
 
@@ -281,10 +284,23 @@ def _is_varlen(masks) -> bool:
     return all(hasattr(masks, f) for f in ("cu_seq_q", "cu_seq_k", "max_q", "max_k"))
 
 
-def _is_block_mask(masks) -> bool:
+def _is_flex(masks) -> bool:
+    """A flex ``BlockMask`` or ``None``, or a non-empty mapping of names to those (a
+    model whose layers pick their mask by name: a sliding window beside full causal),
+    all rebuilt inside the program from its positions."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    return isinstance(masks, BlockMask)
+    if isinstance(masks, Mapping):
+        return bool(masks) and all(m is None or isinstance(m, BlockMask) for m in masks.values())
+    return masks is None or isinstance(masks, BlockMask)
+
+
+def _kind(masks) -> str:
+    """What the mask method returned: its type, and a mapping's value types."""
+    if not isinstance(masks, Mapping):
+        return type(masks).__name__
+    values = sorted({type(m).__name__ for m in masks.values()})
+    return f"{type(masks).__name__} of {', '.join(values) or 'nothing'}"
 
 
 def bind(model, convention: Convention, names: tuple[str, ...]) -> Callable:
