@@ -8,7 +8,8 @@ The data flows top to bottom:
   run over the graph: regions (which layer owns a node), mutations, taint (what a value
   depends on), token locality (:mod:`~graphcheck.analysis.locality` and the op tables
   :mod:`~graphcheck.analysis.optable`, :mod:`~graphcheck.analysis.optable_mixers`,
-  :mod:`~graphcheck.analysis.optable_hop`), placement;
+  :mod:`~graphcheck.analysis.optable_onehot`, :mod:`~graphcheck.analysis.optable_hop`),
+  placement;
 * :mod:`~graphcheck.analysis.plan` - stage plans from cuts or a stage count;
 * :mod:`~graphcheck.analysis.dataflow` - the crossing set of each cut;
 * :mod:`~graphcheck.analysis.residual` - which crossing value is the residual wire;

@@ -893,7 +893,6 @@ aten.logit.default aten.atan.default aten.cosh.default aten.sinh.default
 aten.bernoulli.p aten.bernoulli.default aten.uniform.default aten.exponential.default
 aten.normal.Tensor_float aten.multiply.Tensor aten.min.other aten.max.other
 aten.polar.default
-aten.one_hot.default
 """
 _STRUCTURAL = """
 aten.sym_size.int aten.sym_numel.default aten.sym_stride.int
@@ -929,12 +928,7 @@ FAMILIES = [
     ("aten.unsqueeze.default", unsqueeze),
     ("aten.squeeze.dim aten.squeeze.dims aten.squeeze.default", squeeze),
     ("aten.expand.default aten.expand_copy.default aten.expand_as.default", expand),
-    (
-        "aten.view.default aten.reshape.default aten._unsafe_view.default aten.view_as.default "
-        "aten.reshape_as.default "
-        "aten.view_copy.default aten.flatten.using_ints aten.unflatten.int",
-        view,
-    ),
+    # view, reshape, flatten: optable_onehot.view (copy axes), then view here
     ("aten.select.int", select),
     ("aten.view.dtype", bitcast),
     ("aten.view_as_complex.default aten.view_as_real.default", complex_view),

@@ -257,6 +257,10 @@ def scan(interp: Interp, node: torch.fx.Node) -> Val:
         return src.with_(kind=kind, guard=None)
     if (earlier := interp.passed_on(node, [src])) is not None:
         return earlier
+    if src.kind == Kind.ONEHOT:  # a capacity: each token's place in its expert's queue
+        return interp.leak(node, "ranks every token among the earlier tokens of all documents "
+                           "that chose its expert (an expert capacity over the packed row); "
+                           "count per document, or drop no tokens")  # fmt: skip
     if (ids := _counted_documents(interp, node, src, dim)) is not None:
         return ids
     tri = src.tri
@@ -471,10 +475,11 @@ def _gather_rows(interp, node, src: Val, dim: int, index: Val) -> Val:
         deps = carry([src, _as_index(index)])
         return Val(tuple(before + list(index.toks) + after), **{**deps, "absolute": absolute})
     tok = _row_tok(src.toks[dim], index)
-    if tok is None or len(index.toks) != 1:
-        earlier = interp.passed_on(node, [src, index])
+    if tok is None or len(index.toks) != 1:  # a permutation misused: the leak is here
+        inputs = [src, _as_index(index)]
+        earlier = interp.passed_on(node, inputs)
         return earlier or interp.leak(node, "indexes the token dimension with data-dependent "
-                                      "positions")  # fmt: skip
+                                      "positions", inputs=inputs)  # fmt: skip
     _ = n
     return src.with_(toks=tuple([*before, tok, *after]), guard=None, tri=None, kind=None)
 
@@ -872,21 +877,6 @@ def _shifted_dims(node: torch.fx.Node, n: int) -> list[int]:
     return [norm_dim(d, n) for d in dims]
 
 
-def _one(value) -> bool:
-    return isinstance(value, int) and value == 1
-
-
-def repeat(interp: Interp, node: torch.fx.Node) -> Val:
-    src = _src(interp, node)
-    if src is None:
-        return unknown(interp, node)
-    reps = list(node.args[1])
-    offset = len(reps) - len(src.toks)
-    if any(src.toks[i] is not None and not _one(reps[i + offset]) for i in range(len(src.toks))):
-        return interp.leak(node, "repeats the token dimension")
-    return Val((None,) * offset + src.toks, **carry([src]))
-
-
 def repeat_interleave(interp: Interp, node: torch.fx.Node) -> Val:
     src = _src(interp, node)
     bound = bind(node)
@@ -1038,7 +1028,7 @@ FAMILIES = [
     ("aten._grouped_mm.default", grouped_mm),
     ("aten.cumsum.default aten.cumprod.default aten.logcumsumexp.default", scan),
     ("aten.diff.default", diff),
-    ("aten.sort.default aten.sort.stable aten.argsort.default aten.argsort.stable", sort),
+    ("aten.sort.default aten.sort.stable", sort),  # argsort: optable_onehot
     ("aten.topk.default aten.kthvalue.default", topk),
     ("aten.nonzero.default aten.argwhere.default", nonzero),
     ("aten.histc.default aten.bincount.default", histc),
@@ -1063,7 +1053,6 @@ FAMILIES = [
         "aten.roll.default aten.flip.default aten.constant_pad_nd.default aten.pad.default",
         shift,
     ),
-    ("aten.repeat.default", repeat),
     ("aten.repeat_interleave.self_int aten.repeat_interleave.self_Tensor", repeat_interleave),
     ("aten.tril.default aten.triu.default", triangle),
     (

@@ -3,7 +3,8 @@
 :data:`TABLE` joins the families of :mod:`graphcheck.analysis.optable` (token-wise
 ops, views, reductions, norms, softmaxes, factories, sizes) and
 :mod:`graphcheck.analysis.optable_mixers` (contractions, scans, sorts, indexing,
-attention). An op that is not in the table and touches a token dimension makes its
+attention) and :mod:`graphcheck.analysis.optable_onehot` (one-hot maps, repeats,
+inverse permutations). An op that is not in the table and touches a token dimension makes its
 result ``LEAK``: the proof fails closed. Custom ops and higher-order ops
 (:mod:`graphcheck.analysis.optable_hop`) have their own fallbacks;
 :mod:`graphcheck.analysis.optable_groups` adds ``item`` and refines ``cat`` and
@@ -18,13 +19,18 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from graphcheck.analysis import optable, optable_groups, optable_mixers
+from graphcheck.analysis import optable, optable_groups, optable_mixers, optable_onehot
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Interp, Val, carry, unknown, unknown_or_leak
 
 __all__ = ["FAMILIES", "TABLE", "table_markdown", "transfer"]
 
-FAMILIES = [*optable.FAMILIES, *optable_mixers.FAMILIES, *optable_groups.FAMILIES]
+FAMILIES = [
+    *optable.FAMILIES,
+    *optable_mixers.FAMILIES,
+    *optable_onehot.FAMILIES,
+    *optable_groups.FAMILIES,
+]
 
 
 def _table() -> dict:
