@@ -85,6 +85,46 @@ def test_assertions_compare_without_the_node_they_name():
     assert same_part(a, b) and not same_part(a, c)
 
 
+def _counted(first: int, total: str) -> Part:
+    """Four counts read as ints (``u<first>``, ...) and export's assert on their sum,
+    the sum printed the way sympy orders its terms (by the symbols' names)."""
+    names = [f"u{first + i}" for i in range(4)]
+    items = [f"item() -> {n}" for n in names]
+    return part(*items, f"eq(%, %) -> Eq({' + '.join(sorted(names))}, {total})")
+
+
+def test_sums_compare_with_their_terms_in_a_canonical_order():
+    """JetMoE's ``Eq(u8 + u9 + u10 + u11, 2*T)`` prints as ``u10 + u11 + u8 + u9`` in the
+    uncut program (``sym2 + sym3 + sym0 + sym1`` renamed) and ``u0 + u1 + u2 + u3`` in a
+    stage's: the same expression, so the same part."""
+    uncut, stage = _counted(8, "2*T"), _counted(0, "2*T")
+    assert same_part(stage, uncut)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "Eq(u0 + u1 + u2, 2*T)",  # a term fewer
+        "Eq(u0 + u1 + u2 + u3, T)",  # another right-hand side
+        "Eq(2*u0 + u1 + u2 + u3, 2*T)",  # a term scaled
+        "Eq(u0 + u1 - u2 + u3, 2*T)",  # a term subtracted
+        "Eq(u0 - u2 + u1 + u3, 2*T)",  # another term subtracted (only that term moves)
+    ],
+)
+def test_sums_that_really_differ_still_differ(other):
+    items = [f"item() -> u{i}" for i in range(4)]
+    reference = part(*items, "eq(%, %) -> Eq(u0 - u1 + u2 + u3, 2*T)")
+    assert not same_part(reference, part(*items, f"eq(%, %) -> {other}"))
+    assert same_part(reference, part(*items, "eq(%, %) -> Eq(u0 - u1 + u3 + u2, 2*T)"))
+
+
+def test_jetmoe_untied_proves_its_stage_programs():
+    """Each layer's routing asserts ``Eq(u_a + u_b + u_c + u_d, 2*T)``; in the uncut
+    program and in stage 1 the symbols are numbered differently, and so are the sums'
+    terms. With the sums compared in a canonical order: 0 differences, and a pass."""
+    assert_proven_equal(run("hf:jetmoe", 1, settings=(("tie_word_embeddings", False),)))
+
+
 def test_token_choice_moe_proves_its_stage_programs():
     assert_proven_equal(run("adversarial:token_choice_moe", 4))
 

@@ -105,6 +105,7 @@ class Kind(StrEnum):
     COUNTS = "counts of sorted keys"
     ONEHOT = "one-hot map of top-k indices"
     OFFSETS = "group offsets of sorted keys"
+    GROUPSIZE = "size of one group of sorted keys"  # counts[i].item(), for a split
     INVERSE = "inverse permutation"
     SELECT = "token-wise selection"  # nonzero of a per-token predicate
     LENGTH = "packed length"
@@ -173,6 +174,8 @@ class Interp:
         self.vals: dict[torch.fx.Node, object] = {}
         self.reasons: dict[torch.fx.Node, str] = {}
         self.writes: list[torch.fx.Node] = []
+        self.facts: list = []  # size relations the analysis proved (sympy Eq), for GC403
+        self.group_sizes: dict[str, Val] = {}  # unbacked symbol -> the group size it is
 
     def val(self, arg) -> Val | None:
         """The abstract value of an argument; ``None`` for Python constants."""

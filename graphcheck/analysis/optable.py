@@ -15,6 +15,7 @@ import sympy
 import torch
 import torch.fx
 
+from graphcheck.analysis import optable_groups
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.layout_terms import TOKEN, combined, covers_shift, substitute, term_of
 from graphcheck.analysis.locality import (
@@ -51,6 +52,8 @@ def structural(interp: Interp, node: torch.fx.Node) -> Val:
     absolute quantity (the packed length)."""
     val = node.meta.get("val")
     if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
+        if (grouped := optable_groups.counted(interp, node)) is not None:
+            return grouped  # a group size (counts of all documents) used as a value
         vals = [interp.val(a) for a in node.all_input_nodes]
         absolute = union(v.absolute for v in vals if v is not None)
         if symbols(val) & interp.tokens and not absolute:
@@ -80,6 +83,8 @@ def scalar_tensor(interp: Interp, node: torch.fx.Node) -> Val:
 def arange(interp: Interp, node: torch.fx.Node) -> Val:
     """An ``arange`` over T is the absolute token index (from another start, the index
     plus that start: a function of the layout)."""
+    if (grouped := optable_groups.counted(interp, node)) is not None:
+        return grouped  # positions inside a group of rows
     toks = meta_toks(node.meta.get("val"), interp.tokens)
     if not any(toks):
         return Val(toks)
@@ -368,9 +373,10 @@ def _structural_kind(interp, node, base: str, operands, result: Val) -> Val:
         return result.with_(kind=Kind.INDEX)  # cache_position = arange(T) + 0
     if base in ("add", "sub") and first.kind == Kind.DOCID and _constants(others):
         return result.with_(kind=Kind.DOCID, extra=_doc_shift(first.extra, base, others))
-    divided = base in ("floordiv", "floor_divide") and len(others) == 1
-    if divided and first.kind == Kind.PERM and isinstance(others[0], int):
-        extra = (first.extra, others[0])
+    floor = base in ("floordiv", "floor_divide") or optable_groups.rounds_down(node, base)
+    divisor = node.args[1] if len(node.args) == 2 else None  # not the rounding mode
+    if floor and first.kind == Kind.PERM and isinstance(divisor, int):
+        extra = (first.extra, divisor)
         return result.with_(kind=Kind.PERMDIV, ref=first.ref, extra=extra, dep=first.dep)
     return result
 
@@ -678,6 +684,8 @@ def _whole(bound: dict, shape, dim: int) -> bool:
 
 
 def split(interp: Interp, node: torch.fx.Node) -> tuple:
+    if (pieces := optable_groups.split_by_groups(interp, node)) is not None:
+        return pieces  # rows split by their groups' sizes
     src = interp.val(node.args[0])
     n = len(src.toks) if src else 0
     dim = norm_dim(bind(node).get("dim", 0), n) if n else 0

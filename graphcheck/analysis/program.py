@@ -53,6 +53,9 @@ class Program:
     mutation_inputs: dict[torch.fx.Node, list[torch.fx.Node]] = field(default_factory=dict)
     writes: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
     persisted: list = field(default_factory=list)
+    # size relations the locality pass proved (the group sizes of a split partition its
+    # rows): GC403 does not report an export assert that is one of them
+    facts: list = field(default_factory=list)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -160,6 +163,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
         fabricated=locality.fabricated,
         step_state=locality.step_state,
         untracked=locality.untracked,
+        facts=locality.facts,
     )
     _check_layers_seen(program)
     return program

@@ -6,7 +6,9 @@ ops, views, reductions, norms, softmaxes, factories, sizes) and
 attention) and :mod:`graphcheck.analysis.optable_onehot` (one-hot maps, repeats,
 inverse permutations). An op that is not in the table and touches a token dimension makes its
 result ``LEAK``: the proof fails closed. Custom ops and higher-order ops
-(:mod:`graphcheck.analysis.optable_hop`) have their own fallbacks.
+(:mod:`graphcheck.analysis.optable_hop`) have their own fallbacks;
+:mod:`graphcheck.analysis.optable_groups` adds ``item`` and refines ``cat`` and
+``index_add`` for rows split by group sizes.
 
 >>> "aten.add.Tensor" in TABLE, "aten.cumsum.default" in TABLE, "aten.frobnicate" in TABLE
 (True, True, False)
@@ -17,13 +19,18 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from graphcheck.analysis import optable, optable_mixers, optable_onehot
+from graphcheck.analysis import optable, optable_groups, optable_mixers, optable_onehot
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Interp, Val, carry, unknown, unknown_or_leak
 
 __all__ = ["FAMILIES", "TABLE", "table_markdown", "transfer"]
 
-FAMILIES = [*optable.FAMILIES, *optable_mixers.FAMILIES, *optable_onehot.FAMILIES]
+FAMILIES = [
+    *optable.FAMILIES,
+    *optable_mixers.FAMILIES,
+    *optable_onehot.FAMILIES,
+    *optable_groups.FAMILIES,
+]
 
 
 def _table() -> dict:
@@ -56,6 +63,7 @@ def transfer(interp: Interp, node: torch.fx.Node):
         written = node.args[0] if node.args else None
     if fn is None:
         fn = _fallback(node)
+    fn = optable_groups.REFINES.get(fn, fn)  # pieces of rows split by group sizes
     try:
         result = fn(interp, node)
     except (IndexError, KeyError, TypeError, ValueError, AttributeError) as err:

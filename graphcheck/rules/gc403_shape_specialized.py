@@ -25,7 +25,10 @@ What it checks
     made the size. Not findings: asserts on unbacked sizes alone (``u0 >= 0``), and
     upper bounds of an unbacked size by a non-negative combination of the input
     sizes (``u0 <= 2*T``: a count of selected elements never exceeds the elements it
-    selects from), which hold for every T and every batch.
+    selects from), which hold for every T and every batch; nor an equality the locality
+    analysis proved (``Eq(u0 + u1 + u2 + u3, 2*T)`` when ``u_i`` are the counts per
+    expert of a top-2 routing of T tokens, by which the ``2*T`` sorted rows are split:
+    the counts partition the rows, see :mod:`graphcheck.analysis.optable_groups`).
 
 Why it matters
     A proof about a program specialised to some lengths holds for those
@@ -48,6 +51,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import int_oo
 
+from graphcheck.analysis.optable_groups import proven
 from graphcheck.analysis.token_multiple import multiple_of
 from graphcheck.diagnostics import Diagnostic
 
@@ -88,7 +92,7 @@ def _assert_problem(program, node) -> str | None:
         return None
     if not unbacked:
         return f"export added a runtime assert on sizes: {text}"
-    if _upper_bound(expr, unbacked):
+    if _upper_bound(expr, unbacked) or proven(program.facts, expr):
         return None
     return (
         f"export asserts {text}, tying a data-dependent size to the varlen lengths: the "

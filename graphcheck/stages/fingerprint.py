@@ -73,6 +73,7 @@ __all__ = [
     "op_label",
     "part_of",
     "record",
+    "sorted_sums",
     "subgraph_lines",
     "subgraph_text",
     "tensor_text",
@@ -465,6 +466,24 @@ _SYMBOL = re.compile(r"(?<![\w.])(?:s|u|zuf|zf)\d+(?![\w.])")
 _ASSERT_NODE = re.compile(r" on node '[^']*'")
 
 
+# a run of terms added together (``sym2 + sym3 + 2*sym0``): not after a minus, a product
+# or a power (whose operand only the first term would be), nor before one
+_TERM = r"[\w.]+(?:\*\*?[\w.]+)*"
+_SUM = re.compile(rf"(?<![-*/\w.])(?<!- ){_TERM}(?: \+ {_TERM})+(?![\w.(*/])")
+
+
+def sorted_sums(text: str) -> str:
+    """``text`` with the terms of every sum in sorted order: the order sympy prints a
+    sum's terms in follows the symbols' names, which differ per program (``u10 + u11 +
+    u8 + u9`` renamed is ``sym2 + sym3 + sym0 + sym1``, the ``sym0 + sym1 + sym2 + sym3``
+    of another program). A term that is subtracted, multiplied or raised keeps its place.
+
+    >>> sorted_sums("Eq(sym2 + sym3 + sym0 + sym1, 2*sym4)"), sorted_sums("a - c + b")
+    ('Eq(sym0 + sym1 + sym2 + sym3, 2*sym4)', 'a - c + b')
+    """
+    return _SUM.sub(lambda m: " + ".join(sorted(m.group(0).split(" + "))), text)
+
+
 def canonical_symbols(part: Part) -> Part:
     """``part`` with the symbols other than the named input ones renamed ``sym0``,
     ``sym1``, ... by their first occurrence in its labels, in program order (and the
@@ -486,7 +505,7 @@ def canonical_symbols(part: Part) -> Part:
         def one(match: re.Match) -> str:
             return names.setdefault(match.group(0), f"sym{len(names)}")
 
-        return _SYMBOL.sub(one, _ASSERT_NODE.sub("", text))
+        return sorted_sums(_SYMBOL.sub(one, _ASSERT_NODE.sub("", text)))
 
     for _, data in part.graph.nodes(data=True):
         data["label"] = rename(data["label"])
