@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_stage_programs.py
 	$(BIN)/python benchmarks/bench_plan.py
 	$(BIN)/python benchmarks/bench_cache.py
+	$(BIN)/python benchmarks/bench_locality.py
 	$(BIN)/python benchmarks/bench_startup.py
 
 # Every transformers causal-LM family through `graphcheck map`: README's coverage table.
