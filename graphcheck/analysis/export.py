@@ -213,7 +213,15 @@ def _export_guarded(model, mode, names, strict: bool, hidden_size, batch: Exampl
     with automatic dims and the guard it hit (GC403 reads it)."""
     guards: list[str] = []
     hidden = hidden_dim(hidden_size)
-    with mode, default_dtype(torch.float32), torch.no_grad():
+    # what earlier compilations left, in this process or on disk (torch.compile'd helpers
+    # such as create_block_mask: frame caches, dims marked dynamic after a recompile and
+    # the profile torch keeps of them for later processes) must not shape this export:
+    # it is a function of the model and the options only
+    torch._dynamo.reset()
+    fresh = torch._dynamo.config.patch(
+        automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
+    )
+    with fresh, mode, default_dtype(torch.float32), torch.no_grad():
         args = tuple(example_inputs(names, hidden_size, batch.docs).values())
         try:
             return _export(model, args, names, strict, batch.multiple, hidden), guards
