@@ -9,6 +9,10 @@ flex and MoE variants are in the slow tuple (tests/conftest.py).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 from harness import spec
 
@@ -114,11 +118,25 @@ def test_flex_attention_full_blocks_proven(name):
     remains is GC403: the export splits T at one block of 128 (torch's contiguity checks
     on the block-count dim ``ceil(T/128)`` take one branch for 1, another for more), so
     the example T proves T <= 128 only. The stage programs show no difference."""
-    report = _verified(name)
+    report = _verified_alone(name)
     moe = {"GC404"} if name.removesuffix("_flex") in MOE else set()  # the MoE step state
-    assert report.codes == {"GC403"} | moe
-    assert any(ONE_BLOCK in d.message for d in report.diagnostics)
-    _staged_by_torchtitan(report)
+    assert {d["code"] for d in report["diagnostics"]} == {"GC403"} | moe
+    assert any(ONE_BLOCK in d["message"] for d in report["diagnostics"])
+    proof = report["stage_programs"]
+    assert (proof["proven"], proof["builder"], proof["default"]) == (True, "torchtitan", True)
+    assert len(proof["stages"]) == 2
+
+
+def _verified_alone(name: str) -> dict:
+    """``graphcheck verify --format json`` in a process of its own: run after other tests in
+    one pytest worker, llama3_flex was once exported without its T <= 128 guard (its stage
+    programs then differing, GC301), which no single process reproduced; the claim here
+    is about the export of a fresh process, as a user's run is."""
+    command = [sys.executable, "-m", "graphcheck", "verify", spec(f"torchtitan_models:{name}")]
+    done = subprocess.run([*command, "--cuts", "1", "--format", "json"], capture_output=True,
+                          text=True, timeout=1200, check=False)  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("name", FLEX)
