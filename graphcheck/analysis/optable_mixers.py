@@ -463,6 +463,8 @@ def _row_tok(src_tok: Tok, index: Val) -> Tok | None:
         return Tok(f"G:{index.ref.name}")
     if index.kind == Kind.INDEX and index.toks and index.toks[0] == src_tok:
         return src_tok
+    if index.kind == Kind.DOCID and src_tok.axis == f"D{index.extra}" and index.toks:
+        return index.toks[0]  # each token reads its own document's row
     return None
 
 
@@ -698,6 +700,8 @@ def index_add(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
+    if dst.toks[dim] is None and (summary := _per_document(dst, dim, idx, rows)) is not None:
+        return summary
     if dst.toks[dim] is None:
         if rows.token_dims and not dst.token_dims:
             return interp.leak(node, "accumulates tokens into positions that are not tokens")
@@ -710,6 +714,24 @@ def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
         return interp.leak(node, "scatters rows into the token dimension at positions other than "
                            "those they were gathered from")  # fmt: skip
     return Val(dst.toks, **carry([dst, rows]))
+
+
+def _per_document(dst: Val, dim: int, idx: Val, rows: Val) -> Val | None:
+    """Rows added at their document id into a fresh tensor (``zeros(N, H).index_add(0,
+    doc, x)``): one row per document, each summing its own document's tokens, on a
+    document axis ``D<k>`` (row ``d + k`` holds document ``d``); ``None`` otherwise."""
+    shift = idx.extra if idx.kind == Kind.DOCID and type(idx.extra) is int else None
+    tok = rows.toks[dim] if dim < len(rows.toks) else None
+    if shift is None or tok != Tok("T") or [idx.toks[d] for d in idx.token_dims] != [tok]:
+        return None
+    if dst.token_dims or dst.dep > Dep.NONE or dst.leaks or rows.leaks:
+        return None
+    toks = list(dst.toks)
+    toks[dim] = Tok(f"D{shift}")
+    others = [t for i, t in enumerate(rows.toks) if i != dim and t is not None]
+    if others:
+        return None
+    return Val(tuple(toks), **{**carry([dst, rows]), "dep": Dep.DOC})
 
 
 def row_scatter_add(interp: Interp, node: torch.fx.Node) -> Val:
