@@ -50,6 +50,7 @@ verdict when they are not proven.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import time
@@ -60,9 +61,11 @@ from graphcheck.analysis.cost import DOC_LENGTH, Costs
 from graphcheck.analysis.cost import costs as layer_costs
 from graphcheck.analysis.dataflow import CutAnalysis, analyse_cuts
 from graphcheck.analysis.export import export_model
+from graphcheck.analysis.lengths import MAX_PROGRAMS, Coverage, example_tokens, first_gap
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
+from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
 from graphcheck.kernels import patched
 from graphcheck.kernels.attention import attention_record
@@ -88,6 +91,7 @@ from graphcheck.stages.builders import (
     default_builder,
 )
 from graphcheck.stages.programs import stage_programs
+from graphcheck.varlen import example_batch
 
 __all__ = ["Explorer", "ModelArg", "cut_map", "explore", "plan", "verify"]
 
@@ -239,6 +243,8 @@ class Explorer:
         self._program: Program | None = None
         self._contexts: dict[tuple[int, ...], Context] = {}
         self._setup = time.perf_counter() - start
+        self._parent: Explorer | None = None  # a length case: the explorer it covers for
+        self._uncovered: str | None = None  # why the length cases stop short of every T
 
     @property
     def attention(self) -> dict | None:
@@ -293,9 +299,58 @@ class Explorer:
             with progress.phase(progress.Phase.CUTS, len(plan.cuts)) as tick:
                 cuts = analyse_cuts(program, list(plan.cuts), plan=True, progress=tick)
             self._contexts[plan.cuts] = Context(
-                program, cuts, plan, self.allow_fp32, hf_spec=self.hf_spec
-            )
+                program, cuts, plan, self.allow_fp32, hf_spec=self.hf_spec,
+                lengths=self.coverage,
+            )  # fmt: skip
         return self._contexts[plan.cuts]
+
+    @functools.cached_property
+    def cases(self) -> list[Explorer]:
+        """The programs for the lengths the first one does not hold for, one explorer each
+        (:mod:`graphcheck.analysis.lengths`): empty when the first program holds for every
+        T, or when T is not one plain symbol of it (a constant, a declared multiple)."""
+        span = self.program.exported.span
+        if self._parent is not None or span is None or self.session.batch.multiple > 1:
+            return []
+        spans, found = [span], []
+        while len(spans) < MAX_PROGRAMS and (gap := first_gap(spans)) is not None:
+            case = self._case(example_tokens(gap))
+            try:
+                covered = case.program.exported.span
+            except GraphcheckError as err:  # the model does not run there: the gap stays
+                self._uncovered = f"traced on T = {example_tokens(gap)}, {_first_line(err)}"
+                break
+            if covered is None or not covered.contains(example_tokens(gap)):
+                self._uncovered = f"traced on T = {example_tokens(gap)}, T is not symbolic"
+                break  # the case does not hold where it was traced: the gap stays GC403
+            spans.append(covered)
+            found.append(case)
+        else:
+            if len(spans) == MAX_PROGRAMS and first_gap(spans) is not None:
+                self._uncovered = f"the code branches on T more than {MAX_PROGRAMS} ways"
+        return found
+
+    @property
+    def coverage(self) -> Coverage | None:
+        """The ranges of T this model's programs hold for, the first program's first."""
+        if self._parent is not None:
+            return self._parent.coverage
+        span = self.program.exported.span
+        if span is None:
+            return None
+        spans = (span, *(c.program.exported.span for c in self.cases))
+        return Coverage(spans, uncovered=self._uncovered)
+
+    def _case(self, tokens: int) -> Explorer:
+        """This model traced on ``tokens`` tokens in as many documents: another length
+        case, sharing the built model and its options."""
+        case = copy.copy(self)
+        case.session = copy.copy(self.session)
+        case.session.batch = example_batch(len(self.session.batch.docs), tokens)
+        case._program, case._contexts, case._setup, case._parent = None, {}, 0.0, self
+        for cached in ("boundaries", "cases"):
+            case.__dict__.pop(cached, None)
+        return case
 
     def verify(
         self,
@@ -316,7 +371,15 @@ class Explorer:
         proof = unproven
         if builder is not None:
             ctx, proof = self._stage_proof(ctx, plan, builder, default=stage_builder is None)
-        report = _report(self.session.name, ctx, "verify", start, self.suppression)
+        cases = []
+        for case in self.cases:  # the programs for the other lengths, proven alike
+            case_ctx = case.context(plan)
+            if builder is not None:
+                default = stage_builder is None
+                case_ctx, case_proof = case._stage_proof(case_ctx, plan, builder, default)
+                proof = _joined(proof, case_proof, case.program.exported.span)
+            cases.append(case_ctx)
+        report = _report(self.session.name, ctx, "verify", start, self.suppression, cases)
         report.attention = self.attention
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
         report.stage_proof = dataclasses.replace(proof, required=require_stage_programs)
@@ -373,11 +436,18 @@ class Explorer:
     def map(self, doc_length: int = DOC_LENGTH) -> Report:
         """Judge every boundary 0..L as the only cut; see :func:`cut_map`."""
         start = time.perf_counter() - self._take_setup()
-        ctx = Context(self.program, self.boundaries, None, self.allow_fp32, hf_spec=self.hf_spec)
-        report = _report(self.session.name, ctx, "map", start, self.suppression)
+        ctx, cases = self._whole(), [case._whole() for case in self.cases]
+        report = _report(self.session.name, ctx, "map", start, self.suppression, cases)
         report.attention = self.attention
         report.costs = self.costs(doc_length).as_dict()
         return report
+
+    def _whole(self) -> Context:
+        """Every boundary judged as the only cut (no plan)."""
+        return Context(
+            self.program, self.boundaries, None, self.allow_fp32, hf_spec=self.hf_spec,
+            lengths=self.coverage,
+        )  # fmt: skip
 
     @functools.cached_property
     def boundaries(self) -> list[CutAnalysis]:
@@ -507,19 +577,64 @@ def _state(ctx: Context, cut) -> dict | None:
     return {"name": name, "declared": matches, "node": node.name, "dtype": dtype, "shape": shape}
 
 
-def _report(name: str, ctx: Context, mode: str, start: float, suppression: Suppression) -> Report:
-    """The checker's diagnostics over ``ctx``, as a report; the findings ``suppression``
-    (and the model's ignore comments) keep out are listed as ignored, not dropped."""
+def _joined(proof: StageProof | None, case: StageProof, span) -> StageProof | None:
+    """The stage proof of every length case: the first one's, unless a case's stage
+    programs were not proven (then that one's, saying for which lengths)."""
+    if proof is None or not proof.proven or case.proven:
+        return proof
+    return dataclasses.replace(case, reason=f"for T {span}: {case.reason}")
+
+
+def _case_findings(first: list[Diagnostic], case: Context) -> list[Diagnostic]:
+    """The findings of a length case's program that the first program did not have,
+    each saying which lengths its program holds for."""
+    seen = {(d.code, d.cut, d.layer, d.message) for d in first}
+    span = case.program.exported.span
+    return [
+        dataclasses.replace(d, message=f"{d.message} (in the program for T {span})")
+        for d in check(case)
+        if (d.code, d.cut, d.layer, d.message) not in seen
+    ]
+
+
+def _report(
+    name: str,
+    ctx: Context,
+    mode: str,
+    start: float,
+    suppression: Suppression,
+    cases: Sequence[Context] = (),
+) -> Report:
+    """The checker's diagnostics over ``ctx`` and the length ``cases``, as a report; the
+    findings ``suppression`` (and the model's ignore comments) keep out are listed as
+    ignored, not dropped."""
     program = ctx.program
     states = {cut.position: _state(ctx, cut) for cut in ctx.cuts}
-    outcome = suppression.apply(check(ctx), model_files(program.graph))
+    found = check(ctx)
+    found += [d for case in cases for d in _case_findings(found, case)]
+    outcome = suppression.apply(found, model_files(program.graph))
     report = Report.of(
         name, mode, program.num_layers, ctx.cuts, outcome.kept, states, outcome.ignored,
         export_seconds=program.exported.seconds,
         seconds=time.perf_counter() - start,
         nodes=len(program.graph.nodes),
-        tokens=program.exported.tokens(),
+        tokens=_tokens(ctx),
         program_mode=program.exported.program_mode,
     )  # fmt: skip
     report.unused_ignores = outcome.unused
     return report
+
+
+def _tokens(ctx: Context) -> dict:
+    """For which T the proof holds; with length cases, the range of each program."""
+    tokens = ctx.program.exported.tokens()
+    if ctx.lengths is not None and ctx.lengths.split:
+        tokens["programs"] = [span.as_dict() for span in ctx.lengths.spans]
+        tokens["complete"] = ctx.lengths.complete
+    return tokens
+
+
+def _first_line(err: BaseException) -> str:
+    """An error's first line, for a finding's message."""
+    text = str(err).strip().splitlines()
+    return text[0].split(" (Could this error message be improved?")[0] if text else repr(err)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import torch.fx
 
 from graphcheck.analysis.dataflow import CutAnalysis
+from graphcheck.analysis.lengths import Coverage
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
@@ -36,6 +37,7 @@ class Context:
     mismatches: list = field(default_factory=list)  # their differences from the uncut program
     wires: dict[int, Wire] = field(default_factory=dict)
     hf_spec: bool = False  # the model is an hf: spec: fixes may name --set KEY=VALUE
+    lengths: Coverage | None = None  # the ranges of T the model's programs hold for
 
     def wire(self, cut: CutAnalysis) -> Wire:
         if cut.position not in self.wires:

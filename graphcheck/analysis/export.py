@@ -36,6 +36,7 @@ checks (``requires_grad`` in the recorded values is what differs).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import re
 import time
@@ -48,6 +49,7 @@ from torch.export import Dim, ExportedProgram
 
 from graphcheck.analysis.export_failure import export_error, is_constraint_violation, user_frame
 from graphcheck.analysis.guards import SizeRange, discharged
+from graphcheck.analysis.lengths import Span, token_span
 from graphcheck.analysis.token_multiple import multiple_of, undeclared
 from graphcheck.kernels.attention import AttentionDropped
 from graphcheck.model.conventions import Convention, bind, detect, roles
@@ -83,6 +85,11 @@ class Exported:
     def rows(self) -> dict[str, VarlenInput]:
         """The varlen table of this export (``hidden``'s token dim where it was traced)."""
         return rows(self.hidden_dim)
+
+    @property
+    def span(self) -> Span | None:
+        """The range of T the program holds for (``None``: T is not one plain symbol)."""
+        return token_span(self.program, self.inputs, self.hidden_dim)
 
     def tokens(self) -> dict:
         """For which T the program holds, for reports: T a multiple of ``multiple_of``,
@@ -226,10 +233,29 @@ def _export_guarded(model, mode, names, strict: bool, hidden_size, batch: Exampl
         try:
             return _export(model, args, names, strict, batch.multiple, hidden), guards
         except _GuardedError as err:
+            program = _export(model, args, names, strict, None, hidden)
             sizes = _size_ranges(model, names, hidden, batch.multiple)
-            if discharged(str(err.__cause__), sizes) is None:
+            span = token_span(program, names, hidden)
+            if not _holds(str(err.__cause__), sizes, span):
                 guards.append(_condense(err.__cause__))
-            return _export(model, args, names, strict, None, hidden), guards
+            return program, guards
+
+
+def _holds(message: str, sizes: dict[tuple[str, int], SizeRange], span: Span | None) -> bool:
+    """Export's guards hold for every size, or for every size in the range of T the
+    program exported with automatic dims holds for (``span``: that range is the program's
+    own limit, which GC403 reports, or which other length cases cover)."""
+    if discharged(message, sizes) is not None:
+        return True
+    if span is None:
+        return False
+    within = {
+        key: dataclasses.replace(size, lowest=max(size.lowest, span.lo), highest=span.hi)
+        if size.dim == "T" and size.step == 1
+        else size
+        for key, size in sizes.items()
+    }
+    return discharged(message, within) is not None
 
 
 def _size_ranges(model, names, hidden: int, multiple: int) -> dict[tuple[str, int], SizeRange]:

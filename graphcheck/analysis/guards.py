@@ -45,11 +45,13 @@ _SPECIALISED = re.compile(r"specializ|specialis|constant|inferred|equal to", re.
 @dataclass(frozen=True, slots=True)
 class SizeRange:
     """Where an input size ranges: any multiple of ``step`` from ``lowest`` on (``step``
-    1: any integer from ``lowest``); sizes of one ``dim`` are one value."""
+    1: any integer from ``lowest``), up to ``highest`` (``None``: unbounded); sizes of one
+    ``dim`` are one value."""
 
     dim: str
     lowest: int
     step: int = 1
+    highest: int | None = None
 
 
 def discharged(message: str, sizes: Mapping[tuple[str, int], SizeRange]) -> list[str] | None:
@@ -89,10 +91,11 @@ def _always(expr: str, sizes: Mapping[tuple[str, int], SizeRange]) -> bool:
     solver = z3.Solver()
     solver.set("timeout", 2000)
     env = _sizes(z3, solver, names, sizes)
-    term = _Term(z3, env).of(tree.body)
+    translate = _Term(z3, env)
+    term = translate.of(tree.body)
     if term is None or not z3.is_bool(term):
         return False
-    solver.add(z3.Not(term))
+    solver.add(z3.Not(z3.And(*translate.defined, term)))  # defined where it is read, and true
     return solver.check() == z3.unsat
 
 
@@ -110,6 +113,8 @@ def _sizes(z3, solver, names: dict[str, tuple[str, int]], sizes) -> dict[str, ob
         if size.dim not in dims:
             k = z3.Int(f"dim_{size.dim}")
             solver.add(k * size.step >= size.lowest)
+            if size.highest is not None:
+                solver.add(k * size.step <= size.highest)
             dims[size.dim] = k * size.step
         env[var] = dims[size.dim]
     return env
@@ -120,12 +125,16 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt}
 _COMPARE |= {ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
+_INFINITY = object()  # export's IntInfinity(): the unbounded end of a range
+
+
 class _Term:
     """A Python expression's AST as a z3 term; ``None`` for anything outside the
     translation."""
 
     def __init__(self, z3, env: dict[str, object]) -> None:
         self.z3, self.env = z3, env
+        self.defined: list = []  # what makes the translation exact: divisors are positive
 
     def of(self, node: ast.AST):
         method = getattr(self, f"_{type(node).__name__.lower()}", None)
@@ -155,21 +164,35 @@ class _Term:
             return None
         if type(node.op) in _ARITH:
             return _ARITH[type(node.op)](left, right)
-        divisor = node.right.value if isinstance(node.right, ast.Constant) else None
-        if type(divisor) is not int or divisor <= 0:  # floor semantics only for these
+        if not isinstance(node.op, ast.FloorDiv | ast.Mod):
             return None
-        if isinstance(node.op, ast.FloorDiv):
-            return left / divisor  # z3's integer division floors for a positive divisor
-        return left % divisor if isinstance(node.op, ast.Mod) else None
+        # z3's integer division and remainder are Python's for a positive divisor only:
+        # a divisor that is not a positive constant must be proven positive as well
+        self.defined.append(right > 0)
+        return left / right if isinstance(node.op, ast.FloorDiv) else left % right
 
     def _compare(self, node: ast.Compare):
         terms = [self.of(node.left), *(self.of(c) for c in node.comparators)]
         if any(t is None for t in terms) or any(type(op) not in _COMPARE for op in node.ops):
             return None
-        parts = [
-            _COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, terms, terms[1:], strict=False)
-        ]
+        pairs = zip(node.ops, terms, terms[1:], strict=False)
+        parts = [self._related(op, a, b) for op, a, b in pairs]
+        if any(p is None for p in parts):
+            return None
         return parts[0] if len(parts) == 1 else self.z3.And(*parts)
+
+    def _related(self, op: ast.cmpop, a, b):
+        """``a op b``; a side that is :data:`_INFINITY` (export's unbounded upper end) is
+        larger than every integer."""
+        if a is _INFINITY or b is _INFINITY:
+            if a is b:
+                return None
+            above = isinstance(op, ast.Lt | ast.LtE | ast.NotEq) if b is _INFINITY else None
+            above = isinstance(op, ast.Gt | ast.GtE | ast.NotEq) if a is _INFINITY else above
+            return self.z3.BoolVal(above)
+        ints = self.z3.is_int(a) and self.z3.is_int(b)
+        bools = self.z3.is_bool(a) and self.z3.is_bool(b) and type(op) in (ast.Eq, ast.NotEq)
+        return _COMPARE[type(op)](a, b) if ints or bools else None
 
     def _boolop(self, node: ast.BoolOp):
         terms = [self.of(v) for v in node.values]
@@ -179,6 +202,8 @@ class _Term:
 
     def _call(self, node: ast.Call):
         name = node.func.id if isinstance(node.func, ast.Name) else None
+        if name == "IntInfinity" and not node.args and not node.keywords:
+            return _INFINITY
         terms = [self.of(a) for a in node.args]
         if name not in ("min", "max") or len(terms) < 2 or node.keywords:
             return None

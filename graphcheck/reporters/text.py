@@ -53,6 +53,9 @@ def _header(report: Report) -> list[str]:
         f"export {report.export_seconds:.1f} s · total {report.seconds:.1f} s"
     ]
     lines += [_tokens_line(report.tokens)] if report.tokens else []
+    lines += (
+        [_programs_line(report.tokens["programs"])] if (report.tokens or {}).get("programs") else []
+    )
     return lines + ([attention_line(report.attention)] if report.attention else [])
 
 
@@ -65,6 +68,19 @@ def attention_line(attention: dict) -> str:
     calls = attention.get("calls")
     counted = f", {calls} call{'s' if calls != 1 else ''}" if calls is not None else ""
     return f"  attention: {attention['kind']} ({attention['implementation']}{counted})"
+
+
+def _programs_line(programs: list[dict]) -> str:
+    """The programs a proof split into, one per branch the model's code takes on T
+    (:mod:`graphcheck.analysis.lengths`).
+
+    >>> _programs_line([{"min": 2, "max": 128}, {"min": 129, "max": None}])
+    '  in 2 programs, one per branch the code takes on T: T 2..128, T ≥ 129'
+    """
+    spans = ", ".join(
+        f"T ≥ {p['min']}" if p["max"] is None else f"T {p['min']}..{p['max']}" for p in programs
+    )
+    return f"  in {len(programs)} programs, one per branch the code takes on T: {spans}"
 
 
 def _tokens_line(tokens: dict) -> str:

@@ -51,6 +51,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import int_oo
 
+from graphcheck.analysis.lengths import first_gap
 from graphcheck.analysis.optable_groups import proven
 from graphcheck.analysis.token_multiple import multiple_of
 from graphcheck.diagnostics import Diagnostic
@@ -67,15 +68,26 @@ def check(ctx) -> list[Diagnostic]:
     program = ctx.program
     found = [_diag(f"export guarded the varlen inputs: {g}") for g in program.exported.guards]
     for name, node in program.user_inputs.items():
-        problem = _specialised(program, name, node)
+        problem = _specialised(program, name, node, ctx.lengths)
         if problem:
-            found.append(_diag(problem, node))
+            found.append(_diag(problem + _uncovered(ctx.lengths), node))
     for node in program.graph.nodes:
         if node.op == "call_function" and "_assert_scalar" in str(node.target):
             problem = _assert_problem(program, node)
             if problem:
                 found.append(_diag(problem, node))
     return found
+
+
+def _uncovered(lengths) -> str:
+    """Where the length cases stopped, for a finding on a range of T: the first lengths
+    no program holds for and why (the model fails to export there, or branches more
+    ways than graphcheck exports)."""
+    if lengths is None or lengths.complete:
+        return ""
+    gap = first_gap(lengths.spans, lengths.lowest)
+    why = f" ({lengths.uncovered})" if lengths.uncovered else ""
+    return f"; no program holds for T {gap}{why}"
 
 
 def _assert_problem(program, node) -> str | None:
@@ -130,7 +142,11 @@ def _declared(program, name: str, expr):
     return expr if root is None else root
 
 
-def _specialised(program, name: str, node) -> str | None:
+def _specialised(program, name: str, node, lengths=None) -> str | None:
+    """Why input ``name`` is not generic, or ``None``. A range of T is not a finding when
+    the programs of the length cases (``lengths``) cover every other T, each proven on its
+    own range; when they do not, the finding names the ranges they hold for (the same
+    words from every program, so the report keeps it once)."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
         row = program.exported.rows.get(name)
@@ -145,6 +161,14 @@ def _specialised(program, name: str, node) -> str | None:
     if not isinstance(expr, sympy.Symbol):
         return f"{name} became {program.readable(expr)}, a guarded expression"
     bounds = program.exported.program.range_constraints.get(expr)
-    if bounds is not None and (bounds.lower > 2 or bounds.upper != int_oo):
+    if bounds is None or (bounds.lower <= 2 and bounds.upper == int_oo):
+        return None
+    row = program.exported.rows.get(name)
+    if lengths is None or row is None or row.dim_name != "T":
         return f"{name} is limited to {bounds.lower}..{bounds.upper}"
-    return None
+    if lengths.complete:
+        return None
+    if not lengths.split:
+        return f"{name} is limited to {bounds.lower}..{bounds.upper}"
+    spans = ", ".join(str(span) for span in lengths.spans)
+    return f"{name} is limited to T {spans} ({len(lengths.spans)} programs, one per branch on T)"
