@@ -106,7 +106,7 @@ def test_moe_routing_is_proven_token_wise():
 
 
 FLEX = ["llama3_flex", "qwen3_flex", "qwen3_moe_flex", "deepseek_v3_flex"]
-ONE_BLOCK = "is limited to 2..128"  # T within one block of 128 tokens: GC403
+ONE_BLOCK = [{"min": 2, "max": 128}, {"min": 129, "max": None}]  # T in one 128-token block
 
 
 @pytest.mark.parametrize("name", FLEX)
@@ -114,32 +114,34 @@ def test_flex_attention_full_blocks_proven(name):
     """Flex attention: the mask built inside the program from positions. Its mask_mod,
     ``kv >= offsets[doc[q]]`` and causal (offsets scattered from the document starts), is
     proven document-local, and so are the BlockMask's full blocks (where the mask_mod is
-    not applied): their tables are counted from the tile sums of that same mask. What
-    remains is GC403: the export splits T at one block of 128 (torch's contiguity checks
-    on the block-count dim ``ceil(T/128)`` take one branch for 1, another for more), so
-    the example T proves T <= 128 only. The stage programs show no difference."""
-    report = _verified_alone(name)
+    not applied): their tables are counted from the tile sums of that same mask. The
+    export splits T at one block of 128 (torch's contiguity checks on the block-count dim
+    ``ceil(T/128)`` take one branch for 1, another for more): two programs, T 2..128 and
+    T >= 129, each proven with its stage programs, no GC403 left."""
+    report = _verified_alone(name, "verify", "--cuts", "1")
     moe = {"GC404"} if name.removesuffix("_flex") in MOE else set()  # the MoE step state
-    assert {d["code"] for d in report["diagnostics"]} == {"GC403"} | moe
-    assert any(ONE_BLOCK in d["message"] for d in report["diagnostics"])
+    assert {d["code"] for d in report["diagnostics"]} == moe
+    assert (report["verdict"], report["tokens"]["programs"]) == ("pass", ONE_BLOCK)
     proof = report["stage_programs"]
     assert (proof["proven"], proof["builder"], proof["default"]) == (True, "torchtitan", True)
     assert len(proof["stages"]) == 2
+    assert _verified_alone(name, "map")["legal_cuts"] == [0, 1, 2]
 
 
-def _verified_alone(name: str) -> dict:
-    """``graphcheck verify --format json`` in a process of its own: run after other tests in
+def _verified_alone(name: str, command: str, *flags: str) -> dict:
+    """``graphcheck COMMAND --format json`` in a process of its own: run after other tests in
     one pytest worker, llama3_flex was once exported without its T <= 128 guard (its stage
     programs then differing, GC301), which no single process reproduced; the claim here
     is about the export of a fresh process, as a user's run is."""
-    command = [sys.executable, "-m", "graphcheck", "verify", spec(f"torchtitan_models:{name}")]
-    done = subprocess.run([*command, "--cuts", "1", "--format", "json"], capture_output=True,
-                          text=True, timeout=1200, check=False)  # fmt: skip
+    model = spec(f"torchtitan_models:{name}")
+    done = subprocess.run([sys.executable, "-m", "graphcheck", command, model, *flags,
+                           "--format", "json"], capture_output=True, text=True, timeout=1200,
+                          check=False)  # fmt: skip
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("name", FLEX)
+@pytest.mark.parametrize("name", [*FLEX, "gpt_oss_flex"])
 def test_flex_gate_isolates_documents(name):
     """The gate runs flex attention as the block-sparse kernels do (full blocks whole):
     equal bytes, documents isolated bit for bit."""
@@ -166,15 +168,17 @@ def test_gpt_oss_sinks_windows_and_biased_experts():
     assert crossing["cu_seq_lens_q"] == crossing["b_layers_1_moe_expert_bias_e"] == "replicated"
 
 
-def test_gpt_oss_flex_as_it_stands():
+def test_gpt_oss_flex_proven_in_two_programs():
     """GPT-OSS with flex attention: ``get_attention_masks`` returns a mapping (the full
     mask and the sliding-window one, each layer picking its own by name), rebuilt inside
-    the program. Both mask_mods are proven, and both BlockMasks' full blocks; what remains
-    is llama3_flex's: the block size bounding T (GC403)."""
+    the program. Both mask_mods are proven, and both BlockMasks' full blocks, in both
+    programs of llama3_flex's split of T at one block: PASS, every boundary legal."""
     report = _verified("gpt_oss_flex")
-    assert report.codes == {"GC403", "GC404"}
-    assert any(ONE_BLOCK in d.message for d in report.diagnostics)
+    assert (report.verdict, report.codes) == ("pass", {"GC404"})
+    assert report.tokens["programs"] == ONE_BLOCK
     _staged_by_torchtitan(report)
+    mapped = api.cut_map(spec("torchtitan_models:gpt_oss_flex"))
+    assert mapped.legal_cuts() == [0, 1, 2]
 
 
 @pytest.mark.parametrize(
