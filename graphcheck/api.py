@@ -585,16 +585,20 @@ def _joined(proof: StageProof | None, case: StageProof, span) -> StageProof | No
     return dataclasses.replace(case, reason=f"for T {span}: {case.reason}")
 
 
-def _case_findings(first: list[Diagnostic], case: Context) -> list[Diagnostic]:
-    """The findings of a length case's program that the first program did not have,
-    each saying which lengths its program holds for."""
-    seen = {(d.code, d.cut, d.layer, d.message) for d in first}
-    span = case.program.exported.span
-    return [
-        dataclasses.replace(d, message=f"{d.message} (in the program for T {span})")
-        for d in check(case)
-        if (d.code, d.cut, d.layer, d.message) not in seen
-    ]
+def _findings(ctx: Context, cases: Sequence[Context]) -> list[Diagnostic]:
+    """The checker's findings over ``ctx``, then those of each length case's program
+    that no earlier program had, each saying which lengths its program holds for."""
+    found = check(ctx)
+    seen = {(d.code, d.cut, d.layer, d.message) for d in found}
+    for case in cases:
+        span = case.program.exported.span
+        for d in check(case):
+            if (d.code, d.cut, d.layer, d.message) not in seen:
+                seen.add((d.code, d.cut, d.layer, d.message))
+                found.append(
+                    dataclasses.replace(d, message=f"{d.message} (in the program for T {span})")
+                )
+    return sorted(found, key=lambda d: (d.cut if d.cut is not None else -2, d.code))  # as check
 
 
 def _report(
@@ -610,12 +614,10 @@ def _report(
     ignored, not dropped."""
     program = ctx.program
     states = {cut.position: _state(ctx, cut) for cut in ctx.cuts}
-    found = check(ctx)
-    found += [d for case in cases for d in _case_findings(found, case)]
-    outcome = suppression.apply(found, model_files(program.graph))
+    outcome = suppression.apply(_findings(ctx, cases), model_files(program.graph))
     report = Report.of(
         name, mode, program.num_layers, ctx.cuts, outcome.kept, states, outcome.ignored,
-        export_seconds=program.exported.seconds,
+        export_seconds=sum(c.program.exported.seconds for c in (ctx, *cases)),
         seconds=time.perf_counter() - start,
         nodes=len(program.graph.nodes),
         tokens=_tokens(ctx),
