@@ -141,13 +141,18 @@ def _verified_alone(name: str, command: str, *flags: str) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("name", [*FLEX, "gpt_oss_flex"])
-def test_flex_gate_isolates_documents(name):
+@pytest.mark.parametrize(
+    ("name", "docs"),
+    [*((name, None) for name in [*FLEX, "gpt_oss_flex"]), ("llama3_flex", (50, 41, 29))],
+)
+def test_flex_gate_isolates_documents(name, docs):
     """The gate runs flex attention as the block-sparse kernels do (full blocks whole):
-    equal bytes, documents isolated bit for bit."""
-    result = gate(spec(f"torchtitan_models:{name}"), [1])
+    equal bytes, documents isolated bit for bit, on the default 256 tokens (the program
+    for T >= 129) and, for llama3, on 120 (the program for T <= 128, one block)."""
+    result = gate(spec(f"torchtitan_models:{name}"), [1], **({"docs": docs} if docs else {}))
     data = result.as_dict()
     assert (data["bytes"]["status"], data["isolation"]["status"]) == ("equal", "bitwise")
+    assert (data["static"]["verdict"], data["agrees"]) == ("pass", True)
 
 
 def test_gpt_oss_sinks_windows_and_biased_experts():
