@@ -23,7 +23,8 @@ import argparse
 import functools
 import time
 
-from graphcheck.analysis import layout_terms, obligations, optable, optable_hop, optable_mixers
+from graphcheck.analysis import layout_terms, optable, optable_hop, optable_mixers
+from graphcheck.analysis.locality import obligations
 from graphcheck.analysis.passes import propagate_locality_pass
 from graphcheck.api import Explorer
 

@@ -22,7 +22,13 @@ import torch.fx
 from graphcheck.analysis.block_tables import FullBlocks, full_block_mask, mask_body
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Dep, Interp, Val, carry, has_tokens, meta_toks, shape_of
-from graphcheck.analysis.obligations import Buffer, Judgement, Verdict, judge_mask, judge_within
+from graphcheck.analysis.locality.obligations import (
+    Buffer,
+    Judgement,
+    Verdict,
+    judge_mask,
+    judge_within,
+)
 
 __all__ = ["run_higher_order"]
 
