@@ -43,7 +43,7 @@ from graphcheck.analysis.locality import (
     views,
 )
 from graphcheck.analysis.locality.domain import Interp, Val, carry, unknown, unknown_or_leak
-from graphcheck.analysis.locality.registry import Transfer, entries, find, find_name
+from graphcheck.analysis.locality.registry import Entry, Transfer, entries, find, find_name
 
 __all__ = ["FAMILIES", "families_of", "lookup", "table", "table_markdown", "transfer"]
 
@@ -132,7 +132,16 @@ def table_markdown() -> str:
     for module in FAMILIES:
         family = module.__name__.rpartition(".")[2]
         found = [entry for entry in entries() if entry.family == family]
-        fns = sorted({f"`{entry.fn.__name__}`" for entry in found})
-        ops = ", ".join(f"`{name}`" for name in sorted(entry.name for entry in found))
-        rows.append(f"| `{family}` | {', '.join(fns)} | {ops} |")
+        fns = ", ".join(f"`{name}`" for name in sorted({entry.fn.__name__ for entry in found}))
+        ops = ", ".join(f"`{label}`" for label in sorted(map(_label, found)))
+        rows.append(f"| `{family}` | {fns} | {ops} |")
     return "\n".join(rows) + "\n"
+
+
+def _label(entry: Entry) -> str:
+    """``aten.add.Tensor``; a Python callable by where it lives (``operator.add``,
+    ``torch.sym_max``)."""
+    if isinstance(entry.key, str | torch._ops.OpOverload):
+        return entry.name
+    module = getattr(entry.key, "__module__", None) or ""
+    return f"{module.removeprefix('_')}.{entry.name}" if module else entry.name
