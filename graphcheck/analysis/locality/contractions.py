@@ -29,7 +29,7 @@ from graphcheck.analysis.locality.domain import (
     unknown,
 )
 from graphcheck.analysis.locality.registry import register
-from graphcheck.analysis.locality.rows import _groups_of_sort
+from graphcheck.analysis.locality.rows import groups_of_sort
 
 __all__ = ["contract", "grouped_mm"]
 
@@ -167,6 +167,6 @@ def grouped_mm(interp: Interp, node: torch.fx.Node) -> Val:
     if rows is None or not rows.token_dims:
         return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([rows, weight]))
     axis = rows.toks[0].axis if rows.toks[0] is not None else ""
-    if offs is None or offs.kind != Kind.OFFSETS or not _groups_of_sort(node, offs, axis):
+    if offs is None or offs.kind != Kind.OFFSETS or not groups_of_sort(node, offs, axis):
         return interp.leak(node, "grouped matmul whose groups are not those of its rows' sort")
     return Val((rows.toks[0], None), **carry([rows, weight]))

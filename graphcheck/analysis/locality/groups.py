@@ -53,7 +53,7 @@ from graphcheck.analysis.locality.domain import (
     unknown,
 )
 from graphcheck.analysis.locality.registry import register
-from graphcheck.analysis.locality.rows import _PIECE, _groups_of_sort, _piece
+from graphcheck.analysis.locality.rows import PIECE, groups_of_sort, piece
 from graphcheck.analysis.locality.scatter import _scatter_rows
 
 __all__ = [
@@ -162,7 +162,7 @@ def split_by_groups(interp: Interp, node: torch.fx.Node) -> tuple | None:
     pieces = []
     for i in range(total):
         toks = list(rows.toks)
-        toks[dim] = Tok(f"{_PIECE}{rows.toks[dim].axis}|{counts.name}|{i}|{total}")
+        toks[dim] = Tok(f"{PIECE}{rows.toks[dim].axis}|{counts.name}|{i}|{total}")
         pieces.append(rows.with_(toks=tuple(toks), kind=None, guard=None, tri=None))
     return tuple(pieces)
 
@@ -183,7 +183,7 @@ def _not_the_groups(node: torch.fx.Node, tok: Tok, vals: list) -> str | None:
     if any(v.extra[0] is not counts for v in vals) or order != list(range(total)):
         return "splits rows by group sizes that are not every count of one sort, in order" + _FIX
     offs = Val((None,), kind=Kind.OFFSETS, ref=first.ref, extra=extra)
-    if tok.inner != 1 or not _groups_of_sort(node, offs, tok.axis):
+    if tok.inner != 1 or not groups_of_sort(node, offs, tok.axis):
         return "splits rows by group sizes that are not the counts of their sort's keys" + _FIX
     return None
 
@@ -207,7 +207,7 @@ def cat_of_pieces(interp: Interp, node: torch.fx.Node) -> Val | None:
     vals = [interp.val(t) for t in tensors]
     n = len(shape_of(node) or ())
     dim = norm_dim(node.args[1] if len(node.args) > 1 else 0, n)
-    parts = [_piece(v.toks[dim]) if v is not None and len(v.toks) == n else None for v in vals]
+    parts = [piece(v.toks[dim]) if v is not None and len(v.toks) == n else None for v in vals]
     if not any(parts):
         return None
     families = {p[:2] + p[3:] for p in parts if p is not None}

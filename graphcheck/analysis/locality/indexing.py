@@ -28,7 +28,7 @@ from graphcheck.analysis.locality.domain import (
     unknown,
 )
 from graphcheck.analysis.locality.registry import register
-from graphcheck.analysis.locality.rows import _as_index, _gather_rows, _row_tok
+from graphcheck.analysis.locality.rows import as_index, gather_rows, row_label
 
 __all__ = ["embedding", "gather", "index", "index_fill", "index_select"]
 
@@ -64,7 +64,7 @@ def index(interp: Interp, node: torch.fx.Node) -> Val:
         d, idx = used[0]
         value = interp.val(idx)
         if value is not None:
-            return _gather_rows(interp, node, src, d, value)
+            return gather_rows(interp, node, src, d, value)
     return _multi_index(interp, node, src, used)
 
 
@@ -111,9 +111,9 @@ def _multi_index(interp, node, src: Val, used) -> Val:
         if value is None:
             continue
         if src.toks[d] is None:
-            others.append(_as_index(value))
+            others.append(as_index(value))
             continue
-        tok = _row_tok(src.toks[d], value)
+        tok = row_label(src.toks[d], value)
         if tok is None:
             earlier = interp.passed_on(node, [src, value])
             return earlier or interp.leak(node, "indexes the token dimension with "
@@ -142,7 +142,7 @@ def index_select(interp: Interp, node: torch.fx.Node) -> Val:
     src, idx = _src(interp, node), interp.val(node.args[2])
     if src is None or idx is None:
         return unknown(interp, node)
-    return _gather_rows(interp, node, src, norm_dim(node.args[1], len(src.toks)), idx)
+    return gather_rows(interp, node, src, norm_dim(node.args[1], len(src.toks)), idx)
 
 
 @register(aten.embedding.default)

@@ -39,7 +39,13 @@ from graphcheck.analysis.locality.domain import (
     unknown,
 )
 from graphcheck.analysis.locality.registry import register
-from graphcheck.analysis.locality.rows import _VIEWS, _topk_indices, _written, copies, copy_axis
+from graphcheck.analysis.locality.rows import (
+    VIEWS,
+    copies,
+    copy_axis,
+    topk_indices,
+    written_in_place,
+)
 from graphcheck.analysis.locality.views import _groups, _map_group, _split, _sym, _viewed
 
 __all__ = ["copy_view", "one_hot", "repeat", "view"]
@@ -66,19 +72,19 @@ def one_hot(interp: Interp, node: torch.fx.Node) -> Val:
 def _routing_choice(interp: Interp, index) -> torch.fx.Node | None:
     """The ``topk`` (indices) or ``argmax`` over a feature dim that ``index`` is, through
     views none of which is written in place; ``None`` for any other index."""
-    top = _topk_indices(index)
+    top = topk_indices(index)
     if top is not None:
         scores = interp.val(top.args[0])
         return top if scores is not None and scores.toks and scores.toks[-1] is None else None
-    while isinstance(index, torch.fx.Node) and op_name(index.target) in _VIEWS:
-        if _written(index):
+    while isinstance(index, torch.fx.Node) and op_name(index.target) in VIEWS:
+        if written_in_place(index):
             return None
         index = index.args[0]
     if not isinstance(index, torch.fx.Node) or op_name(index.target) != "aten.argmax.default":
         return None
     bound, scores = bind(index), interp.val(index.args[0])
     dim = bound.get("dim")
-    if scores is None or dim is None or bound.get("keepdim") or _written(index):
+    if scores is None or dim is None or bound.get("keepdim") or written_in_place(index):
         return None
     return index if scores.toks[norm_dim(dim, len(scores.toks))] is None else None
 

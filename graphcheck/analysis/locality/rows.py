@@ -9,7 +9,7 @@ only when these labels say each row lands back on its own token.
 
 >>> copies(copy_axis(4, Tok("T", 1)))
 (4, Tok(axis='T', inner=1))
->>> _piece(Tok("S:P:sort|sum_1|2|4"))
+>>> piece(Tok("S:P:sort|sum_1|2|4"))
 ('P:sort', 'sum_1', 2, 4)
 """
 
@@ -23,10 +23,22 @@ import torch.fx
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality.domain import Dep, Kind, Tok, Val, bind, carry, ndim_of, norm_dim
 
-__all__ = ["copies", "copy_axis"]
+__all__ = [
+    "PIECE",
+    "VIEWS",
+    "as_index",
+    "copies",
+    "copy_axis",
+    "gather_rows",
+    "groups_of_sort",
+    "piece",
+    "row_label",
+    "topk_indices",
+    "written_in_place",
+]
 
 
-_VIEWS = {
+VIEWS = {
     "aten.view.default",
     "aten.reshape.default",
     "aten._unsafe_view.default",
@@ -35,7 +47,7 @@ _VIEWS = {
 }
 
 
-def _written(node: torch.fx.Node) -> bool:
+def written_in_place(node: torch.fx.Node) -> bool:
     """Some user of ``node`` writes into it in place (its values may differ from the op's)."""
     for user in node.users:
         schema = getattr(user.target, "_schema", None)
@@ -46,14 +58,18 @@ def _written(node: torch.fx.Node) -> bool:
     return False
 
 
-def _topk_indices(node) -> torch.fx.Node | None:
+def topk_indices(node) -> torch.fx.Node | None:
     """The ``topk`` whose indices ``node`` is (through views, none written in place),
     along its last dim."""
-    while isinstance(node, torch.fx.Node) and op_name(node.target) in _VIEWS:
-        if _written(node):
+    while isinstance(node, torch.fx.Node) and op_name(node.target) in VIEWS:
+        if written_in_place(node):
             return None
         node = node.args[0]
-    if not isinstance(node, torch.fx.Node) or op_name(node.target) != "getitem" or _written(node):
+    if (
+        not isinstance(node, torch.fx.Node)
+        or op_name(node.target) != "getitem"
+        or written_in_place(node)
+    ):
         return None
     top, which = node.args[0], node.args[1]
     if not isinstance(top, torch.fx.Node) or op_name(top.target) != "aten.topk.default":
@@ -63,7 +79,7 @@ def _topk_indices(node) -> torch.fx.Node | None:
     return top if which == 1 and last else None
 
 
-def _groups_of_sort(node: torch.fx.Node, offs: Val, axis: str) -> bool:
+def groups_of_sort(node: torch.fx.Node, offs: Val, axis: str) -> bool:
     """``offs`` are the group boundaries of the rows' ascending sort: the offsets of the
     sort's own counts, or the counts of a one-hot map of the ``topk`` indices that sort
     flattened (top-k indices are distinct per token, so both count the same keys)."""
@@ -76,20 +92,20 @@ def _groups_of_sort(node: torch.fx.Node, offs: Val, axis: str) -> bool:
         return False
     keys = sorts[0].args[0]
     ascending = not bind(sorts[0]).get("descending", False)
-    return ascending and ndim_of(keys) == 1 and _topk_indices(keys) is offs.ref
+    return ascending and ndim_of(keys) == 1 and topk_indices(keys) is offs.ref
 
 
 _BOOKKEEPING = {Kind.PERM, Kind.PERMDIV, Kind.INVERSE, Kind.SELECT, Kind.INDEX}
 
 
-def _as_index(index: Val) -> Val:
+def as_index(index: Val) -> Val:
     """An index used only to pick rows: bookkeeping kinds carry no data of their own."""
     if index.kind in _BOOKKEEPING:
         return index.with_(dep=Dep.NONE, leaks=frozenset(), absolute=frozenset())
     return index
 
 
-def _row_tok(src_tok: Tok, index: Val) -> Tok | None:
+def row_label(src_tok: Tok, index: Val) -> Tok | None:
     """The token dim of rows gathered from a token dim ``src_tok`` with ``index``, when
     the index is bookkeeping (a permutation, its inverse, a selection, the identity)."""
     if index.kind == Kind.PERM and index.extra == src_tok:
@@ -109,17 +125,17 @@ def _row_tok(src_tok: Tok, index: Val) -> Tok | None:
     return None
 
 
-def _gather_rows(interp, node, src: Val, dim: int, index: Val) -> Val:
+def gather_rows(interp, node, src: Val, dim: int, index: Val) -> Val:
     """``src`` indexed along ``dim`` by ``index`` (one index tensor)."""
     n = len(src.toks)
     before, after = list(src.toks[:dim]), list(src.toks[dim + 1 :])
     if src.toks[dim] is None:  # a table lookup: rows follow the index
         absolute = src.absolute | index.absolute
-        deps = carry([src, _as_index(index)])
+        deps = carry([src, as_index(index)])
         return Val(tuple(before + list(index.toks) + after), **{**deps, "absolute": absolute})
-    tok = _row_tok(src.toks[dim], index)
+    tok = row_label(src.toks[dim], index)
     if tok is None or len(index.toks) != 1:  # a permutation misused: the leak is here
-        inputs = [src, _as_index(index)]
+        inputs = [src, as_index(index)]
         earlier = interp.passed_on(node, inputs)
         return earlier or interp.leak(node, "indexes the token dimension with data-dependent "
                                       "positions", inputs=inputs)  # fmt: skip
@@ -142,12 +158,12 @@ def copies(tok: Tok | None) -> tuple[int, Tok] | None:
     return (int(found[1]), Tok(found[2], tok.inner)) if found else None
 
 
-_PIECE = "S:"
+PIECE = "S:"
 
 
-def _piece(tok: Tok | None) -> tuple[str, str, int, int] | None:
+def piece(tok: Tok | None) -> tuple[str, str, int, int] | None:
     """``(rows axis, counts node name, i, E)`` of a piece's token dim, else ``None``."""
-    if tok is None or not tok.axis.startswith(_PIECE):
+    if tok is None or not tok.axis.startswith(PIECE):
         return None
-    base, counts, i, total = tok.axis[len(_PIECE) :].rsplit("|", 3)
+    base, counts, i, total = tok.axis[len(PIECE) :].rsplit("|", 3)
     return base, counts, int(i), int(total)

@@ -32,7 +32,7 @@ from graphcheck.analysis.locality.domain import (
     unknown,
 )
 from graphcheck.analysis.locality.registry import register
-from graphcheck.analysis.locality.rows import _VIEWS, _as_index, _row_tok, _topk_indices
+from graphcheck.analysis.locality.rows import VIEWS, as_index, row_label, topk_indices
 
 __all__ = ["index_add", "index_put", "row_scatter_add", "scatter"]
 
@@ -123,7 +123,7 @@ def _onehot(node: torch.fx.Node, dim: int) -> torch.fx.Node | None:
     if not fresh or op_name(dst.target) not in _ZEROS:
         return None
     direct = isinstance(index, torch.fx.Node) and op_name(index.target) == "getitem"
-    top = _topk_indices(index) if direct else None
+    top = topk_indices(index) if direct else None
     if top is None or ndim_of(index) != n or dim != n - 1 or (value is not True and value != 1):
         return None
     pairs = zip(shape_of(index)[:-1], shape_of(node)[:-1], strict=True)
@@ -153,8 +153,8 @@ def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
     if dst.toks[dim] is None:
         if rows.token_dims and not dst.token_dims:
             return interp.leak(node, "accumulates tokens into positions that are not tokens")
-        return Val(dst.toks, **carry([dst, rows, _as_index(idx)]))
-    tok = _row_tok(dst.toks[dim], idx)
+        return Val(dst.toks, **carry([dst, rows, as_index(idx)]))
+    tok = row_label(dst.toks[dim], idx)
     row_tok = rows.toks[dim] if dim < len(rows.toks) else None
     if tok is None or row_tok != tok:
         if (earlier := interp.passed_on(node, [dst, idx, rows])) is not None:
@@ -211,7 +211,7 @@ def _expanded_column(index) -> torch.fx.Node | None:
     base_shape = shape_of(base)
     if shape is None or base_shape is None or len(shape) != 2 or len(base_shape) != 2:
         return None
-    if not is_one(base_shape[1]) or op_name(base.target) not in (*_VIEWS, "aten.unsqueeze.default"):
+    if not is_one(base_shape[1]) or op_name(base.target) not in (*VIEWS, "aten.unsqueeze.default"):
         return None
     col = base.args[0]
     rows_kept = _same_size(shape[0], base_shape[0])  # only the feature dim is stretched
