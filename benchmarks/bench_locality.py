@@ -23,7 +23,8 @@ import argparse
 import functools
 import time
 
-from graphcheck.analysis import layout_terms, obligations, optable, optable_hop, optable_mixers
+from graphcheck.analysis import layout_terms
+from graphcheck.analysis.locality import hop, obligations, pointwise, scans
 from graphcheck.analysis.passes import propagate_locality_pass
 from graphcheck.api import Explorer
 
@@ -63,8 +64,8 @@ def _instrument() -> tuple[Clock, Clock, Clock]:
     obligations._Layout.judge = solver.wrap(obligations._Layout.judge)
     for name in ("_counted", "_covers"):
         setattr(layout_terms, name, solver.wrap(getattr(layout_terms, name)))
-    asking = [(optable_mixers, "document_id_shift"), (optable, "covers_shift")]
-    asking += [(optable_hop, "judge_mask")]
+    asking = [(scans, "document_id_shift"), (pointwise, "covers_shift")]
+    asking += [(hop, "judge_mask")]
     for module, name in asking:
         setattr(module, name, asked.wrap(getattr(module, name)))
     return locality, solver, asked

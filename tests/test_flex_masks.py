@@ -1,4 +1,4 @@
-"""FlexAttention masks proven document-local by meaning (graphcheck/analysis/obligations.py).
+"""FlexAttention masks proven document-local by meaning (analysis/locality/obligations.py).
 
 The fixtures (fixtures/flex_masks.py) are masks written the ways real code writes them;
 each is exported once. A proven mask leaves no finding; a refuted one is GC401 with the
@@ -17,7 +17,7 @@ import torch.fx
 from harness import explorer, spec
 
 from graphcheck.analysis.locality import Kind
-from graphcheck.analysis.obligations import Buffer, Verdict, judge_mask
+from graphcheck.analysis.locality.obligations import Buffer, Verdict, judge_mask
 
 LEGAL = ["doc_causal", "offsets_causal", "doc_window", "pos_causal"]
 MIXING = ["pos_order", "causal", "offsets_previous"]
@@ -151,7 +151,7 @@ def test_the_gate_agrees(name, verdict):
 
 
 def test_identical_masks_are_solved_once():
-    from graphcheck.analysis import obligations
+    from graphcheck.analysis.locality import obligations
 
     def body(graph, q, kv, bufs):
         near = _call(graph, ATEN.lt.Scalar, _call(graph, ATEN.sub.Tensor, q, kv), 3)
@@ -202,7 +202,7 @@ def test_full_block_tables_written_in_place_are_a_finding():
 
 
 def test_solver_proves_a_mask_within_another_or_names_the_pair():
-    from graphcheck.analysis.obligations import judge_within
+    from graphcheck.analysis.locality.obligations import judge_within
 
     def causal(graph, q, kv, bufs):
         return _call(graph, ATEN.ge.Tensor, q, kv)

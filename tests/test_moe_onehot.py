@@ -16,10 +16,9 @@ import pytest
 import torch
 from harness import explorer, spec
 
-from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Dep, Interp, Kind, Tok, Val
-from graphcheck.analysis.optable_onehot import copies, copy_axis
-from graphcheck.analysis.transfer import TABLE
+from graphcheck.analysis.locality.rows import copies, copy_axis
+from graphcheck.analysis.locality.transfer import lookup
 from graphcheck.gate import Gate
 
 DOCS = (23, 9, 31, 4)
@@ -105,7 +104,7 @@ def _run(made: _Graph, inputs: dict[str, Val]) -> Interp:
         if node.op == "placeholder":
             interp.vals[node] = inputs[node.name]
         else:
-            interp.vals[node] = TABLE[op_name(node.target)](interp, node)
+            interp.vals[node] = lookup(node.target)(interp, node)
     return interp
 
 

@@ -11,7 +11,8 @@ from hfcache import explorer as hf_explorer
 
 import graphcheck
 from graphcheck.analysis.fx import op_name
-from graphcheck.analysis.transfer import TABLE, table_markdown
+from graphcheck.analysis.locality.registry import find_name
+from graphcheck.analysis.locality.transfer import lookup, table_markdown
 from graphcheck.api import Explorer
 
 
@@ -34,7 +35,7 @@ def _unknown_ops(program) -> set[str]:
             continue
         if isinstance(target, torch._ops.OpOverload) and target.namespace != "aten":
             continue
-        if name not in TABLE and name.replace("_.", ".", 1) not in TABLE:
+        if lookup(target) is None and find_name(name.replace("_.", ".", 1)) is None:
             found.add(name)
     return found
 

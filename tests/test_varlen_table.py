@@ -33,8 +33,8 @@ EXTRA = VarlenInput("doc_bounds", 0, "N1", "N+1", "int32", Taint.DOCS, Structure
 # Collections of input names outside varlen.py that are not the table: the argument
 # names of varlen kernels (they share the inputs' names, transformers passes them down).
 KERNEL_ARGUMENTS = {
-    ("analysis/optable_mixers.py", "_STRUCTURE_ARGS"),
-    ("analysis/optable_mixers.py", "_SIZES"),
+    ("analysis/locality/custom.py", "_STRUCTURE_ARGS"),
+    ("analysis/locality/custom.py", "_SIZES"),
 }
 
 

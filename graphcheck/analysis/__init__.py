@@ -6,9 +6,8 @@ The data flows top to bottom:
   inputs of :mod:`graphcheck.varlen`;
 * :mod:`~graphcheck.analysis.program` - the passes of :mod:`~graphcheck.analysis.passes`
   run over the graph: regions (which layer owns a node), mutations, taint (what a value
-  depends on), token locality (:mod:`~graphcheck.analysis.locality` and the op tables
-  :mod:`~graphcheck.analysis.optable`, :mod:`~graphcheck.analysis.optable_mixers`,
-  :mod:`~graphcheck.analysis.optable_onehot`, :mod:`~graphcheck.analysis.optable_hop`),
+  depends on), token locality (:mod:`~graphcheck.analysis.locality`: the abstract
+  domain, the op registry and one module per op family),
   placement;
 * :mod:`~graphcheck.analysis.plan` - stage plans from cuts or a stage count;
 * :mod:`~graphcheck.analysis.dataflow` - the crossing set of each cut;

@@ -3,7 +3,7 @@
 A ``BlockMask`` lists, per query block, the key blocks taken *whole*
 (``full_kv_num_blocks`` / ``full_kv_indices``, and their transpose ``full_q_*`` for
 the backward): there the kernel attends every pair and never calls the ``mask_mod``.
-The proof of the mask_mod (:mod:`graphcheck.analysis.obligations`) covers them only
+The proof of the mask_mod (:mod:`graphcheck.analysis.locality.obligations`) covers them only
 when every pair of a full block is a pair the mask_mod allows.
 
 :func:`full_block_mask` follows the tables back through the program, op by op, to the

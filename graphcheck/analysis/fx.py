@@ -2,7 +2,7 @@
 
 Tables and predicates over ``node.target``: which ops are views, dtype casts and
 metadata-only factories. How each op moves data along the token dimension is the
-op table, :mod:`graphcheck.analysis.optable`.
+op table, :mod:`graphcheck.analysis.locality`.
 
 >>> import torch
 >>> is_view_target(torch.ops.aten.slice.Tensor), is_view_target(torch.ops.aten.add.Tensor)

@@ -24,7 +24,7 @@ one fact about it is known instead, proven once by induction over ``i``: the pre
 sum of "``i`` starts a document and ``i > 0``" is ``doc(i)`` (of "``i`` starts a
 document", ``doc(i) + 1``). :func:`document_id_shift` asks the solver whether a term
 *is* one of those indicators, for every ``0 <= i < T`` under the packed-varlen axioms
-(:mod:`graphcheck.analysis.obligations`), and so which document id the prefix sum
+(:mod:`graphcheck.analysis.locality.obligations`), and so which document id the prefix sum
 computes. The answers are cached by the term: identical layers ask once.
 """
 
@@ -113,7 +113,7 @@ def document_id_shift(term: Term) -> Counted:
 def _counted(term: Term) -> Counted:
     import z3
 
-    from graphcheck.analysis.obligations import new_layout
+    from graphcheck.analysis.locality.obligations import new_layout
 
     why = ""
     for k, indicator in ((1, _start), (0, _later_start)):
@@ -140,7 +140,7 @@ def _separating(z3, term: Term) -> Counted | None:
     """``Counted(None, separates=True)`` when the term is ``>= 0`` everywhere and ``>= 1``
     at every later document start: ``sum(q) == sum(kv)`` then puts ``q`` and ``kv``
     in one document (between two documents lies a start, adding at least 1)."""
-    from graphcheck.analysis.obligations import new_layout
+    from graphcheck.analysis.locality.obligations import new_layout
 
     lay = new_layout(z3)
     i = lay.q
@@ -294,7 +294,7 @@ def covers_shift(term: Term, amount: int) -> bool:
 def _covers(term: Term, amount: int) -> bool:
     import z3
 
-    from graphcheck.analysis.obligations import new_layout
+    from graphcheck.analysis.locality.obligations import new_layout
 
     lay = new_layout(z3)
     i = lay.q

@@ -4,7 +4,7 @@ What it checks
     No op mixes tokens of different packed documents. Token locality is proven
     per op by an abstract interpretation over the whole graph
     (:mod:`graphcheck.analysis.passes.propagate_locality_pass`, the op table
-    :mod:`graphcheck.analysis.optable`): for every tensor it knows which dimensions run
+    :mod:`graphcheck.analysis.locality`): for every tensor it knows which dimensions run
     over the tokens, and for every element which tokens it may depend on. The
     only ops admitted to mix tokens are document-aware by construction: varlen
     attention reading the real ``cu_seq_lens``, attention whose mask is proven

@@ -28,7 +28,7 @@ What it checks
     selects from), which hold for every T and every batch; nor an equality the locality
     analysis proved (``Eq(u0 + u1 + u2 + u3, 2*T)`` when ``u_i`` are the counts per
     expert of a top-2 routing of T tokens, by which the ``2*T`` sorted rows are split:
-    the counts partition the rows, see :mod:`graphcheck.analysis.optable_groups`).
+    the counts partition the rows, see :mod:`graphcheck.analysis.locality.groups`).
 
 Why it matters
     A proof about a program specialised to some lengths holds for those
@@ -52,7 +52,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import int_oo
 
 from graphcheck.analysis.lengths import first_gap
-from graphcheck.analysis.optable_groups import proven
+from graphcheck.analysis.locality.groups import proven
 from graphcheck.analysis.token_multiple import multiple_of
 from graphcheck.diagnostics import Diagnostic
 

@@ -1,7 +1,7 @@
 """Token locality, proven per op: an abstract interpretation over the ATen graph.
 
 Every node gets a :class:`~graphcheck.analysis.locality.Val` from the transfer function
-:mod:`graphcheck.analysis.optable` holds for its op. Two facts are collected at the
+:mod:`graphcheck.analysis.locality` registers for its op. Two facts are collected at the
 graph's outputs (and at every in-place write into a buffer or input, whose
 value outlives the call):
 
@@ -44,9 +44,9 @@ import torch.fx
 
 from graphcheck.analysis.fx import METADATA_ONLY, is_view_node, op_name
 from graphcheck.analysis.locality import Dep, Interp, Kind, Val, carry, meta_toks
+from graphcheck.analysis.locality.transfer import transfer
 from graphcheck.analysis.passes.base import NodePass
 from graphcheck.analysis.passes.link_mutations_pass import written_arguments
-from graphcheck.analysis.transfer import transfer
 from graphcheck.varlen import BY_NAME, Structure
 
 __all__ = ["PropagateLocalityPass"]

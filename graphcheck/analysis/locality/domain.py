@@ -377,3 +377,9 @@ def unknown_or_leak(interp: Interp, node: torch.fx.Node, reason: str) -> Val | t
     else:
         results = [Val(t, **carry(vals)) for t in toks]
     return tuple(results) if many else results[0]
+
+
+def _src(interp: Interp, node: torch.fx.Node, index: int = 0) -> Val | None:
+    """The value of ``node``'s positional argument ``index`` (``None``: none known)."""
+    arg = node.args[index] if len(node.args) > index else None
+    return interp.val(arg)

@@ -1,0 +1,488 @@
+"""Token-wise (pointwise) ops: element ``x`` of the result reads element ``x`` of
+each operand, broadcast.
+
+Assumes each listed op is elementwise along every dim (arithmetic, comparisons,
+casts and copies, activations, in-place random fills, dropout): it moves no data
+between tokens, so the result depends on what its operands depend on. On top of that
+the family tracks what survives an elementwise op: guards and triangles (the constant a
+pairwise value holds across documents or outside a triangle, created by comparing
+document ids or token indices of both sides), the structural kinds (document ids,
+positions, permutations), a function of the layout's term, and a pending token shift
+that a mask at the document starts makes document-local.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.layout_terms import combined, covers_shift, term_of
+from graphcheck.analysis.locality.domain import (
+    Dep,
+    Fill,
+    Interp,
+    Kind,
+    Pair,
+    Val,
+    align,
+    carry,
+    is_one,
+    ndim_of,
+    shape_of,
+    unknown,
+)
+from graphcheck.analysis.locality.groups import rounds_down
+from graphcheck.analysis.locality.registry import register
+
+__all__ = ["dropout", "pointwise"]
+
+aten = torch.ops.aten
+
+_POINTWISE = (
+    aten.add.Tensor,
+    aten.add.Scalar,
+    aten.sub.Tensor,
+    aten.sub.Scalar,
+    aten.rsub.Scalar,
+    aten.rsub.Tensor,
+    aten.mul.Tensor,
+    aten.mul.Scalar,
+    aten.div.Tensor,
+    aten.div.Scalar,
+    aten.div.Tensor_mode,
+    aten.neg.default,
+    aten.exp.default,
+    aten.log.default,
+    aten.log1p.default,
+    aten.expm1.default,
+    aten.exp2.default,
+    aten.log2.default,
+    aten.sqrt.default,
+    aten.rsqrt.default,
+    aten.pow.Tensor_Scalar,
+    aten.pow.Tensor_Tensor,
+    aten.pow.Scalar,
+    aten.reciprocal.default,
+    aten.abs.default,
+    aten.sign.default,
+    aten.sigmoid.default,
+    aten.silu.default,
+    aten.gelu.default,
+    aten.relu.default,
+    aten.tanh.default,
+    aten.softplus.default,
+    aten.erf.default,
+    aten.cos.default,
+    aten.sin.default,
+    aten.square.default,
+    aten.clamp.default,
+    aten.clamp.Tensor,
+    aten.clamp_min.default,
+    aten.clamp_max.default,
+    aten.maximum.default,
+    aten.minimum.default,
+    aten.where.self,
+    aten.where.ScalarSelf,
+    aten.where.ScalarOther,
+    aten.where.Scalar,
+    aten.masked_fill.Scalar,
+    aten.masked_fill.Tensor,
+    aten.eq.Tensor,
+    aten.eq.Scalar,
+    aten.ne.Tensor,
+    aten.ne.Scalar,
+    aten.lt.Tensor,
+    aten.lt.Scalar,
+    aten.le.Tensor,
+    aten.le.Scalar,
+    aten.gt.Tensor,
+    aten.gt.Scalar,
+    aten.ge.Tensor,
+    aten.ge.Scalar,
+    aten.bitwise_and.Tensor,
+    aten.bitwise_or.Tensor,
+    aten.bitwise_xor.Tensor,
+    aten.bitwise_not.default,
+    aten.__and__.Tensor,
+    aten.__or__.Tensor,
+    aten.__xor__.Tensor,
+    aten.logical_and.default,
+    aten.logical_or.default,
+    aten.logical_not.default,
+    aten.logical_xor.default,
+    aten.floor_divide.default,
+    aten.floor_divide.Scalar,
+    aten.remainder.Scalar,
+    aten.remainder.Tensor,
+    aten.fmod.Scalar,
+    aten.floor.default,
+    aten.ceil.default,
+    aten.round.default,
+    aten.trunc.default,
+    aten.isnan.default,
+    aten.isinf.default,
+    aten.isfinite.default,
+    aten.nan_to_num.default,
+    aten.lerp.Scalar,
+    aten.lerp.Tensor,
+    aten.addcmul.default,
+    aten.addcdiv.default,
+    aten.to.dtype,
+    aten.to.device,
+    aten.to.dtype_layout,
+    aten.to.other,
+    aten._to_copy.default,
+    aten.type_as.default,
+    aten.clone.default,
+    aten.contiguous.default,
+    aten.alias.default,
+    aten.detach.default,
+    aten.lift_fresh_copy.default,
+    aten.copy.default,
+    "aten::float.default",
+    "aten::bfloat16.default",
+    "aten::half.default",
+    aten.positive.default,
+    aten.fill.Scalar,
+    aten.fill.Tensor,
+    aten.hardtanh.default,
+    aten.leaky_relu.default,
+    aten.elu.default,
+    aten.mish.default,
+    aten.logit.default,
+    aten.atan.default,
+    aten.cosh.default,
+    aten.sinh.default,
+    aten.bernoulli.p,
+    aten.bernoulli.default,
+    aten.uniform.default,
+    aten.exponential.default,
+    aten.normal.Tensor_float,
+    aten.multiply.Tensor,
+    aten.min.other,
+    aten.max.other,
+    aten.polar.default,
+)
+
+
+_PRESERVE = {"to", "_to_copy", "clone", "contiguous", "type_as", "alias", "detach", "copy"}
+
+
+_PRESERVE |= {"lift_fresh_copy", "float", "bfloat16", "half", "positive"}
+
+
+_ZERO_KEEP = {"neg", "relu", "silu", "gelu", "tanh", "sin", "abs", "sqrt", "sign", "erf"}
+
+
+_ZERO_KEEP |= {"dropout", "feature_dropout"}  # x * mask / (1 - p): a zero stays zero
+
+
+_NEGINF_TO_ZERO = {"exp", "sigmoid", "softplus", "relu", "exp2"}
+
+
+_RELATIVE = {"sub", "eq", "ne", "lt", "le", "gt", "ge"}
+
+
+_ORDER = {"gt": 1, "ge": 0}  # a > b: a - b >= 1; a >= b: a - b >= 0 (lt / le swap the sides)
+
+
+def _base(node: torch.fx.Node) -> str:
+    """``aten.add_.Tensor`` -> ``add``; ``operator.mul`` -> ``mul``."""
+    name = op_name(node.target)
+    if not name.startswith("aten."):
+        return name.removeprefix("<built-in function ").removesuffix(">")
+    base = name.split(".")[1]
+    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+@register(*_POINTWISE)
+def pointwise(interp: Interp, node: torch.fx.Node) -> Val:
+    """Element ``x`` of the result reads element ``x`` of each operand (broadcast)."""
+    operands = [a for a in (*node.args, *node.kwargs.values()) if not isinstance(a, list)]
+    toks = align(interp, node, operands)
+    vals = [interp.val(a) for a in operands]
+    if toks is None:
+        return interp.leak(node, "combines tensors whose token dimensions do not line up")
+    base = _base(node)
+    result = Val(toks, **carry(vals))
+    result = _relative(interp, node, base, operands, result)
+    result = _pairs(interp, node, base, operands, result)
+    result = _kind(interp, node, base, operands, result)
+    return _shifted(interp, node, base, operands, result)
+
+
+def _shifted(interp, node, base: str, operands, result: Val) -> Val:
+    """A token shift (``prev[t] = x[t - k]``) stays a pending leak until it is masked
+    to a constant wherever ``t - k`` lies in another document (``pos(t) < k``: for
+    ``k = 1``, the document starts); then ``t - k`` is in ``t``'s document."""
+    found = []
+    for arg in operands:
+        val = interp.val(arg)
+        if val is not None and val.shift is not None:
+            offset = ndim_of(node) - len(val.toks)
+            found.append((arg, (val.shift[0] + offset, *val.shift[1:])))
+    if not found:
+        return result
+    arg, shift = found[0]
+    if len(found) == 1 and _masked_at_starts(interp, node, base, operands, arg, shift[1]):
+        leaks = result.leaks - {shift[2]}
+        dep = Dep.LEAK if leaks else max(Dep.DOC, min(result.dep, Dep.DOC))
+        return result.with_(shift=None, leaks=leaks, dep=dep)
+    return result.with_(shift=shift)
+
+
+def _masked_at_starts(interp, node, base: str, operands, shifted, amount: int) -> bool:
+    """``masked_fill(prev, mask, c)`` or ``where(mask, c, prev)`` with ``mask`` on the
+    shifted dimension true wherever the token ``amount`` before lies in another
+    document (proven by the solver from the mask's term: ``position_ids == 0`` for a
+    shift by one, ``position_ids < k`` for ``k``)."""
+    if base == "masked_fill" and len(operands) >= 3:
+        x, mask, value = operands[:3]
+        ok = x is shifted and not isinstance(value, torch.fx.Node)
+    elif base == "where" and len(operands) >= 3:
+        mask, value, x = operands[:3]
+        ok = x is shifted and not isinstance(value, torch.fx.Node)
+    else:
+        return False
+    term = term_of(interp.val(mask))
+    if not ok or term is None or not covers_shift(term, amount):
+        return False
+    shift_dim = interp.val(shifted).shift[0] + ndim_of(node) - len(interp.val(shifted).toks)
+    return _placed(interp, node, mask) == (shift_dim,)
+
+
+def _placed(interp: Interp, node, arg) -> tuple[int, ...]:
+    """The output dims at which ``arg``'s token dims sit after broadcasting."""
+    val, shape, out = interp.val(arg), shape_of(arg), shape_of(node)
+    if val is None or shape is None or out is None:
+        return ()
+    offset = len(out) - len(shape)
+    return tuple(
+        i + offset for i in val.token_dims if not (is_one(shape[i]) and not is_one(out[i + offset]))
+    )
+
+
+def _relative(interp, node, base: str, operands, result: Val) -> Val:
+    """``a[:, None] - b[None, :]`` of two absolute indices is relative: translation
+    invariant, the same in the packed row and in each document alone."""
+    tensors = [a for a in operands if isinstance(a, torch.fx.Node)]
+    if base not in _RELATIVE or len(tensors) != 2:
+        return result
+    a, b = (interp.val(t) for t in tensors)
+    pa, pb = (_placed(interp, node, t) for t in tensors)
+    if a and b and a.absolute and b.absolute and len(pa) == len(pb) == 1 and pa != pb:
+        return result.with_(absolute=frozenset())
+    return result
+
+
+def _outside(interp, node, arg, pair: Pair, which: str) -> Fill | str | None:
+    """What ``arg`` holds outside the relation of ``pair`` (``"finite"``: some value)."""
+    if not isinstance(arg, torch.fx.Node):
+        return _constant(arg)
+    val = interp.val(arg)
+    mine = getattr(val, which, None) if val is not None else None
+    if mine is not None:
+        offset = ndim_of(node) - len(val.toks)
+        moved = Pair(mine.row + offset, mine.col + offset, mine.fill, mine.k)
+        if (moved.row, moved.col, moved.k) == (pair.row, pair.col, pair.k):
+            return moved.fill
+    val_meta = arg.meta.get("val")
+    if isinstance(val_meta, torch.Tensor) and val_meta.dtype == torch.bool:
+        return None
+    return "finite"
+
+
+def _constant(value) -> Fill | str | None:
+    if isinstance(value, bool):
+        return Fill.TRUE if value else Fill.ZERO
+    if isinstance(value, int | float):
+        if value == 0:
+            return Fill.ZERO
+        return Fill.NEGINF if value <= -1e30 else "finite"
+    return None
+
+
+def _pairs(interp, node, base: str, operands, result: Val) -> Val:
+    """Guards and triangles through a token-wise op (and their creation)."""
+    for which in ("guard", "tri"):
+        pair = _created(interp, node, base, operands, which) or _candidate(
+            interp, node, operands, which
+        )
+        if pair is None:
+            continue
+        if _created(interp, node, base, operands, which) is None:
+            fills = [_outside(interp, node, a, pair, which) for a in operands]
+            fill = _combine(base, fills, node)
+            pair = Pair(pair.row, pair.col, fill, pair.k) if isinstance(fill, Fill) else None
+        result = result.with_(**{which: pair})
+    if result.guard is not None and result.dep == Dep.SPAN:
+        result = result.with_(dep=Dep.DOC)  # a span between two tokens of one document
+    return result
+
+
+def _candidate(interp, node, operands, which: str) -> Pair | None:
+    for arg in operands:
+        val = interp.val(arg)
+        pair = getattr(val, which, None) if val is not None else None
+        if pair is not None:
+            offset = ndim_of(node) - len(val.toks)
+            return Pair(pair.row + offset, pair.col + offset, pair.fill, pair.k)
+    return None
+
+
+def _created(interp, node, base: str, operands, which: str) -> Pair | None:
+    """``doc[:, None] == doc[None, :]`` makes a guard; ``idx[:, None] >= idx[None, :]``
+    a triangle."""
+    if base not in ("eq", "ne", "gt", "ge", "lt", "le"):
+        return None
+    tensors = [a for a in operands if isinstance(a, torch.fx.Node)]
+    if len(tensors) != 2:
+        return None
+    vals = [interp.val(t) for t in tensors]
+    places = [_placed(interp, node, t) for t in tensors]
+    if any(v is None for v in vals) or not all(len(p) == 1 for p in places):
+        return None
+    (ra,), (rb,) = places
+    if ra == rb:
+        return None
+    kinds = {v.kind for v in vals}
+    same_ids = type(vals[0].extra) is int and vals[0].extra == vals[1].extra  # doc + k both
+    ids = (kinds == {Kind.DOCID} and same_ids) or _one_separator(vals)
+    if which == "guard" and ids and base in ("eq", "ne"):
+        return Pair(ra, rb, Fill.ZERO if base == "eq" else Fill.TRUE)
+    if which == "tri" and kinds == {Kind.INDEX} and base in ("gt", "ge", "lt", "le"):
+        if base in ("lt", "le"):
+            ra, rb = rb, ra
+        return Pair(ra, rb, Fill.ZERO, _ORDER["gt" if base in ("gt", "lt") else "ge"])
+    return None
+
+
+def _one_separator(vals: list[Val]) -> bool:
+    """Both sides read one prefix sum whose values are equal only inside a document."""
+    return all(v.kind == Kind.DOCSEP for v in vals) and vals[0].ref is vals[1].ref
+
+
+def _combine(base: str, fills: list, node) -> Fill | str | None:
+    """What the result holds outside the relation, from what the operands hold."""
+    if base in _PRESERVE:
+        return fills[0]
+    if base in ("where",):
+        cond, a, b = [*fills, None, None, None][:3]
+        return b if cond == Fill.ZERO else a if cond == Fill.TRUE else None
+    if base == "masked_fill":
+        x, mask, value = [*fills, None, None, None][:3]
+        return value if mask == Fill.TRUE else x if mask == Fill.ZERO else None
+    return _arith(base, fills)
+
+
+def _arith(base: str, fills: list) -> Fill | str | None:
+    if base in ("add", "sub"):
+        if Fill.NEGINF in fills[:1] or (base == "add" and Fill.NEGINF in fills):
+            return Fill.NEGINF if None not in fills else None
+        return Fill.ZERO if all(f == Fill.ZERO for f in fills) else None
+    if base in ("mul", "bitwise_and", "logical_and", "and", "__and__", "div"):
+        zero = Fill.ZERO in (fills if base != "div" else fills[:1])
+        return Fill.ZERO if zero and Fill.NEGINF not in fills else None
+    if base in ("bitwise_or", "logical_or", "or", "__or__"):
+        if Fill.TRUE in fills:
+            return Fill.TRUE
+        return Fill.ZERO if all(f == Fill.ZERO for f in fills) else None
+    if base in ("bitwise_not", "logical_not", "invert", "__invert__"):
+        return {Fill.ZERO: Fill.TRUE, Fill.TRUE: Fill.ZERO}.get(fills[0])
+    if base in _NEGINF_TO_ZERO and fills[0] == Fill.NEGINF:
+        return Fill.ZERO
+    if base in _ZERO_KEEP and fills[0] == Fill.ZERO:
+        return Fill.ZERO
+    return None
+
+
+def _kind(interp, node, base: str, operands, result: Val) -> Val:
+    """Structural kinds that survive or arise in a token-wise op; otherwise, when every
+    operand is a function of the layout, the result is one too (its term)."""
+    known = _structural_kind(interp, node, base, operands, result)
+    if known.kind is not None or result.leaks:
+        return known
+    return _layout_kind(interp, node, base, operands, known)
+
+
+_EXACT = {torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+
+
+def _layout_kind(interp, node, base: str, operands, result: Val) -> Val:
+    """``position_ids[:, :1] - 1``, ``diff != 1``: the term of an element-wise op over
+    functions of the layout, all along one token dim (exact integers and booleans)."""
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or out.dtype not in _EXACT:
+        return result
+    args, places = [], set()
+    for arg in operands:
+        if not isinstance(arg, torch.fx.Node):
+            args.append(arg)
+            continue
+        term = term_of(interp.val(arg))
+        if term is None:
+            return result
+        args.append(term)
+        places |= set(_placed(interp, node, arg))
+    term = combined(base, args) if len(places) <= 1 else None
+    return result if term is None else result.with_(kind=Kind.LAYOUT, extra=term)
+
+
+def _structural_kind(interp, node, base: str, operands, result: Val) -> Val:
+    first = interp.val(operands[0]) if operands else None
+    if first is None or first.kind is None:
+        return result
+    others = operands[1:]
+    if first.kind == Kind.LAYOUT and getattr(node.meta.get("val"), "dtype", None) not in _EXACT:
+        return result  # a term is exact; a float or bf16 copy may round it
+    if base in _PRESERVE and not any(isinstance(a, torch.fx.Node) for a in others):
+        return result.with_(kind=first.kind, ref=first.ref, extra=first.extra, dep=first.dep)
+    if base == "eq" and first.kind == Kind.POS and others == [0]:
+        return result.with_(kind=Kind.DOCSTART)
+    if base in ("add", "sub") and first.kind == Kind.INDEX and others == [0]:
+        return result.with_(kind=Kind.INDEX)  # cache_position = arange(T) + 0
+    if base in ("add", "sub") and first.kind == Kind.DOCID and _constants(others):
+        return result.with_(kind=Kind.DOCID, extra=_doc_shift(first.extra, base, others))
+    floor = base in ("floordiv", "floor_divide") or rounds_down(node, base)
+    divisor = node.args[1] if len(node.args) == 2 else None  # not the rounding mode
+    if floor and first.kind == Kind.PERM and isinstance(divisor, int):
+        extra = (first.extra, divisor)
+        return result.with_(kind=Kind.PERMDIV, ref=first.ref, extra=extra, dep=first.dep)
+    return result
+
+
+def _doc_shift(shift, base: str, others) -> int | None:
+    """The constant ``k`` of document ids ``doc + k`` after adding or subtracting
+    integers (``None``: not known)."""
+    if not isinstance(shift, int) or not all(type(a) is int for a in others):
+        return None
+    total = sum(others)
+    return shift + total if base == "add" else shift - total
+
+
+def _constants(args) -> bool:
+    return all(isinstance(a, int | float) for a in args)
+
+
+@register(
+    aten.dropout.default,
+    aten.native_dropout.default,
+    aten.alpha_dropout.default,
+    aten.feature_dropout.default,
+    aten.feature_alpha_dropout.default,
+)
+def dropout(interp: Interp, node: torch.fx.Node):
+    """Dropout and its variants: element ``x`` of the result reads element ``x`` of the
+    input (feature dropout zeroes whole slices chosen at random, never from another
+    token's values); ``native_dropout`` also returns its mask, shaped like the input.
+    Whether it draws random numbers is GC304's question."""
+    if not isinstance(node.meta.get("val"), tuple | list):
+        return pointwise(interp, node)
+    src = interp.val(node.args[0])
+    if src is None:
+        return unknown(interp, node)
+    zeros = src.guard if src.guard is not None and src.guard.fill == Fill.ZERO else None
+    result = Val(src.toks, **carry([src]), guard=zeros)  # x * mask / (1 - p): 0 stays 0
+    mask = Val(src.toks, **carry([src]))
+    return (result, mask)
