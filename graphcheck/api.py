@@ -339,7 +339,8 @@ class Explorer:
         if span is None:
             return None
         spans = (span, *(c.program.exported.span for c in self.cases))
-        return Coverage(spans, uncovered=self._uncovered)
+        examples = tuple(e.session.batch.docs for e in (self, *self.cases))
+        return Coverage(spans, uncovered=self._uncovered, examples=examples)
 
     def _case(self, tokens: int) -> Explorer:
         """This model traced on ``tokens`` tokens in as many documents: another length
@@ -631,7 +632,7 @@ def _tokens(ctx: Context) -> dict:
     """For which T the proof holds; with length cases, the range of each program."""
     tokens = ctx.program.exported.tokens()
     if ctx.lengths is not None and ctx.lengths.split:
-        tokens["programs"] = [span.as_dict() for span in ctx.lengths.spans]
+        tokens["programs"] = ctx.lengths.as_dicts()
         tokens["complete"] = ctx.lengths.complete
     return tokens
 

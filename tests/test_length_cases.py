@@ -19,7 +19,10 @@ from graphcheck.analysis.guards import SizeRange, discharged
 from graphcheck.analysis.lengths import Coverage, Span, example_tokens, first_gap
 from graphcheck.gate.run import gate
 
-TWO = [{"min": 2, "max": 64}, {"min": 65, "max": None}]
+TWO = [
+    {"min": 2, "max": 64, "example": [7, 12, 10]},
+    {"min": 65, "max": None, "example": [21, 22, 24]},
+]
 
 
 def _verified(name: str, **options):
@@ -106,7 +109,8 @@ def test_the_text_report_names_the_programs():
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "in 2 programs, one per branch the code takes on T: T 2..64, T ≥ 65" in done.stdout
+    programs = "T 2..64 (traced on 29), T ≥ 65 (traced on 67)"
+    assert f"in 2 programs, one per branch the code takes on T: {programs}" in done.stdout
 
 
 @pytest.mark.parametrize(

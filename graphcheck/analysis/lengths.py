@@ -65,6 +65,15 @@ class Coverage:
     spans: tuple[Span, ...]
     lowest: int = 2
     uncovered: str | None = None  # why no program holds for the first gap (GC403 says it)
+    examples: tuple[tuple[int, ...], ...] = ()  # the document lengths each was traced on
+
+    def as_dicts(self) -> list[dict]:
+        """Each program's range and example, for reports."""
+        examples = self.examples or ((),) * len(self.spans)
+        return [
+            span.as_dict() | {"example": list(docs)}
+            for span, docs in zip(self.spans, examples, strict=True)
+        ]
 
     @property
     def complete(self) -> bool:

@@ -74,11 +74,14 @@ def _programs_line(programs: list[dict]) -> str:
     """The programs a proof split into, one per branch the model's code takes on T
     (:mod:`graphcheck.analysis.lengths`).
 
-    >>> _programs_line([{"min": 2, "max": 128}, {"min": 129, "max": None}])
-    '  in 2 programs, one per branch the code takes on T: T 2..128, T ≥ 129'
+    >>> _programs_line([{"min": 2, "max": 128, "example": [7, 12, 10]},
+    ...                 {"min": 129, "max": None, "example": [42, 44, 45]}])[51:]
+    ': T 2..128 (traced on 29), T ≥ 129 (traced on 131)'
     """
     spans = ", ".join(
-        f"T ≥ {p['min']}" if p["max"] is None else f"T {p['min']}..{p['max']}" for p in programs
+        (f"T ≥ {p['min']}" if p["max"] is None else f"T {p['min']}..{p['max']}")
+        + (f" (traced on {sum(p['example'])})" if p.get("example") else "")
+        for p in programs
     )
     return f"  in {len(programs)} programs, one per branch the code takes on T: {spans}"
 
