@@ -135,9 +135,11 @@ def rebuild(model, layout: Layout, index: int, layers: list[int], num_stages: in
     return prune_edges(stage, layout, index, num_stages)
 
 
-def _layout_free(builder: StageBuilder):
+def _with_outputs(builder):
+    """A transformers builder given the layout's output modules (the final norm it must
+    drop from every stage but the last, whatever the decoder calls it)."""
     return lambda model, layout, index, layers, num_stages: builder(
-        model, index, layers, num_stages
+        model, index, layers, num_stages, outputs=layout.output_fqns
     )
 
 
@@ -145,8 +147,8 @@ BUILTINS = {
     "keep-index": keep_index,
     "moduledict": moduledict,
     "rebuild": rebuild,
-    "hf-slice": _layout_free(hf_slice),
-    "hf-rebuild": _layout_free(hf_rebuild),
+    "hf-slice": _with_outputs(hf_slice),
+    "hf-rebuild": _with_outputs(hf_rebuild),
     "torchtitan": torchtitan_split,
 }
 # The builtins that need a pipeline-aware model (a stage sets what it does not own to None).

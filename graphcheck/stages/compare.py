@@ -150,10 +150,13 @@ def compare_stage(
         )
     if stage.index == 0:
         found += _compare(u.part(INPUT), untied(stage.parts[INPUT], u.tied), u, stage.index, None)
+    else:
+        found += _edge_off_stage(stage, INPUT, "first")
     if last:
         sp = untied(stage.parts[OUTPUT], u.tied)
         found += _compare(u.part(OUTPUT), sp, u, stage.index, None)
     else:
+        found += _edge_off_stage(stage, OUTPUT, "last")
         found += _boundary(stage, hidden)
     if glue is not None:
         found += _glue_difference(stage, glue)
@@ -276,6 +279,23 @@ def _value_detail(u: TensorValue, s: TensorValue) -> str:
         f"; max abs diff {diff:.4g}; element {at}: uncut {u.values[at]:.6g}, "
         f"stage {s.values[at]:.6g}"
     )
+
+
+def _edge_off_stage(stage: StageProgram, region: Region, where: str) -> list[Mismatch]:
+    """The embedding on a stage but the first, or the final norm or head on a stage but
+    the last: the uncut program runs them on that one stage only (a builder that prunes
+    the final norm by one name misses a decoder's ``final_layernorm``, and the stage
+    then hands over the normed residual)."""
+    part = stage.parts.get(region)
+    if part is None or not part.ops:
+        return []
+    node = part.ops[0]
+    message = (
+        f"stage {stage.index} runs `{node.within}` ({_edge_name(part)}), which the uncut "
+        f"program runs on the {where} stage only; build the stage without it (nn.Identity "
+        f"in its place on every stage but the {where})"
+    )
+    return [Mismatch(MismatchKind.EDGE, stage.index, None, message, node)]
 
 
 def _edge_name(part: Part) -> str:
