@@ -395,6 +395,30 @@ def test_stale_when_the_gates_static_codes_differ_from_the_map_row():
     assert not coverage.stale(proven)
 
 
+def test_a_train_program_with_dropout_is_gated_in_eval(monkeypatch):
+    calls = []
+    refusal = "graphcheck: error: the train program has random ops (GC304: dropout in m)\n"
+
+    def fake(argv, timeout):
+        calls.append(argv)
+        if "eval" in argv:
+            return 1, _gate(shift="fail", codes=("GC205", "GC402")), "", 3.0
+        return 2, "", refusal, 1.0
+
+    monkeypatch.setattr(coverage, "_graphcheck", fake)
+    result = coverage.run_gate(_leaky("GC205", "GC304", "GC402"), 60.0)
+    assert calls == [
+        ["gate", "hf:x", "--cuts", "1"],
+        ["gate", "hf:x", "--cuts", "1", "--mode", "eval"],
+    ]
+    assert result.gate.mode == "eval" and result.gate.shift == "fail"
+    kind, shown = coverage.judge(result)
+    assert kind == "leak shown" and shown.startswith("eval, cut 1: bytes equal")
+    assert not coverage.stale(result)  # eval draws no random numbers: GC304 is the train's
+    result.gate.mode = "train"
+    assert coverage.stale(result)
+
+
 def test_to_gate_picks_the_families_that_need_it():
     gated = _with_gate(_proven(), _gate(codes=()))
     results = {"llama": gated, "x": _leaky("GC402"), "y": _leaky("GC205"), "z": _proven()}
