@@ -138,6 +138,8 @@ class GateRun:
     cut: int
     exit: int | None
     bytes: str = "-"  # equal / differ / blocked
+    first_diff: dict | None = None  # differ: where (token, document, position, column)
+    max_abs_diff: float | None = None
     isolation: str = "-"  # bitwise / fail
     perturb: str = "-"
     shift: str = "-"
@@ -349,6 +351,7 @@ def gate_record(
     tests = [isolation.get(name) or {} for name in ("perturb", "shift")]
     static = report.get("static") or {}
     run.bytes, run.isolation = checked.get("status", "-"), isolation.get("status", "-")
+    run.first_diff, run.max_abs_diff = checked.get("first_diff"), checked.get("max_abs_diff")
     run.perturb, run.shift = (t.get("status", "-") for t in tests)
     crossing = next((t["crossing"] for t in tests if t.get("crossing")), None)
     run.crossing = {k: crossing.get(k) for k in _CROSSING} if crossing else None
@@ -388,6 +391,8 @@ def _shown(gate: GateRun) -> str:
     text = f"cut {gate.cut}: bytes {gate.bytes}, perturb {gate.perturb}, shift {gate.shift}"
     text = f"{gate.mode}, {text}" if gate.mode != "train" else text
     c = gate.crossing
+    if gate.first_diff:
+        text += f"; first differing byte at {gate.first_diff}"
     if c:
         text += f"; {c.get('test')}: document {c.get('document')} token {c.get('token')}"
         if c.get("layer_fqn") is not None:
@@ -396,11 +401,16 @@ def _shown(gate: GateRun) -> str:
 
 
 def stale(r: Result) -> bool:
-    """The gate's own static codes differ from the map row's: the row predates the code."""
+    """The gate's own static codes differ from the map row's (but for the stage-program
+    rules, which only the gate's proof runs): the row predates the code."""
     if r.gate is None or r.gate.reason:
         return False
     drawn = {"GC304"} if r.gate.mode == "eval" else set()  # eval draws no random numbers
-    return set(r.gate.static_codes) != set(r.codes) - drawn
+    return set(r.gate.static_codes) - STAGE_CODES != set(r.codes) - drawn
+
+
+# Rules on the stage programs a builder makes: the gate's proof runs them, the map does not.
+STAGE_CODES = frozenset({"GC301", "GC302", "GC303"})
 
 
 def evidence_text(r: Result) -> str:

@@ -275,7 +275,12 @@ def _gate(bytes_="equal", perturb="bitwise", shift="bitwise", codes=("GC401",), 
     }  # fmt: skip
     isolation = "bitwise" if perturb == shift == "bitwise" else "fail"
     report = {
-        "bytes": {"status": bytes_, "message": extra.pop("message", "")},
+        "bytes": {
+            "status": bytes_,
+            "message": extra.pop("message", ""),
+            "first_diff": extra.pop("first", None),
+            "max_abs_diff": 0.0,
+        },
         "isolation": {"status": isolation, **tests, "alone": None},
         "static": {"verdict": "fail" if codes else "pass", "codes": list(codes)},
         "agrees": True,
@@ -342,6 +347,10 @@ def test_proven_and_isolated_stands():
 def test_proven_with_a_leak_or_unequal_bytes_is_a_wrong_pass(bytes_, perturb, shift):
     result = _with_gate(_proven(), _gate(bytes_, perturb, shift, codes=()))
     assert coverage.judge(result)[0] == "WRONG PASS"
+    first = {"token": 7, "document": 0, "position": 7, "column": 3}
+    if bytes_ == "differ":
+        result = _with_gate(_proven(), _gate(bytes_, codes=(), first=first))
+        assert coverage.judge(result)[1].endswith(f"first differing byte at {first}")
     table = coverage.markdown([result], "9.9")
     assert "0 isolated, 1 WRONG PASS" in table
     assert f"* **WRONG PASS**: `llama` (cut 4: bytes {bytes_}, perturb {perturb}" in table
@@ -393,6 +402,8 @@ def test_stale_when_the_gates_static_codes_differ_from_the_map_row():
     assert "the gate's static codes differ from the map row: `x`" in table
     proven = _with_gate(_proven(), _gate(codes=()))
     assert not coverage.stale(proven)
+    staged = _with_gate(_proven(), _gate(codes=("GC303",)))  # only the gate proves stages
+    assert not coverage.stale(staged) and coverage.judge(staged)[0] == "isolated"
 
 
 def test_a_train_program_with_dropout_is_gated_in_eval(monkeypatch):
