@@ -61,6 +61,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -647,18 +648,23 @@ RANDOM = "the train program has random ops"  # the gate's refusal: dropout in mo
 
 def _graphcheck(argv: list[str], timeout: float) -> tuple[int | None, str, str, float]:
     """``python -m graphcheck ARGV --format json`` under ``nice``: exit (None: timed
-    out), stdout, stderr, seconds."""
+    out), stdout, stderr, seconds. In a session of its own: a timeout ends the gate's stage
+    processes too, not only graphcheck."""
     nice = [shutil.which("nice"), "-n", "10"] if shutil.which("nice") else []
     command = [*nice, sys.executable, "-m", "graphcheck", *argv, "--format", "json"]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
-        )
-    except subprocess.TimeoutExpired:
-        return None, "", "", timeout
-    return done.returncode, done.stdout, done.stderr, time.perf_counter() - start
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        start_new_session=True,
+    ) as child:  # fmt: skip
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            return None, "", "", timeout
+    return child.returncode, stdout, stderr, time.perf_counter() - start
 
 
 def _today() -> str:
