@@ -473,7 +473,7 @@ def markdown(results: Sequence[Result], version: str) -> str:
         f"({summary(results)}).{note}",
         "",
         f"{evidence_summary(results)} (`graphcheck gate hf:<type> --cuts K`, K the middle "
-        f"boundary). {dates(results)}",
+        f"boundary). {dates(results, version)}",
         "",
         *disagreements(results),
         *refusals(results),
@@ -484,21 +484,24 @@ def markdown(results: Sequence[Result], version: str) -> str:
     return "\n".join(rows) + "\n"
 
 
-def dates(results: Sequence[Result]) -> str:
-    """``Map rows: 150 from 2026-12-02, 46 from 2026-12-04 (`a`, `b`); gate runs
-    2026-12-04.``: when each row was judged (the families of the newest map run named)."""
+def dates(results: Sequence[Result], version: str = "") -> str:
+    """``Map rows (transformers 5.24.0): 150 from 2026-12-02, 46 re-run 2026-12-04 (`a`,
+    `b`); gate runs 2026-12-04.``: when each row was judged, the newest run's named."""
     by_date: dict[str, list[str]] = {}
     for r in results:
         by_date.setdefault(r.date or "an earlier run", []).append(f"`{r.family}`")
     order = sorted(by_date, key=lambda d: (d[0].isdigit(), d))
     newest = order[-1] if len(order) > 1 else None
     parts = [
-        f"{len(by_date[d])} from {d}" + (f" ({', '.join(by_date[d])})" if d == newest else "")
+        f"{len(by_date[d])} re-run {d} ({', '.join(by_date[d])})"
+        if d == newest
+        else f"{len(by_date[d])} from {d}"
         for d in order
     ]
     gated = sorted({r.gate.date for r in results if r.gate is not None and r.gate.date})
     runs = f"; gate runs {', '.join(gated)}" if gated else ""
-    return f"Map rows: {', '.join(parts)}{runs}."
+    pinned = f" (transformers {version})" if version else ""
+    return f"Map rows{pinned}: {', '.join(parts)}{runs}."
 
 
 def disagreements(results: Sequence[Result]) -> list[str]:

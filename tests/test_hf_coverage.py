@@ -472,7 +472,9 @@ def test_load_then_evidence_gates_without_running_the_map(tmp_path, monkeypatch,
 def test_rows_say_when_their_map_ran():
     old, new = _proven(), _leaky("GC205")
     old.date, new.date = "2026-12-02", "2026-12-04"
-    assert coverage.dates([old, new]) == "Map rows: 1 from 2026-12-02, 1 from 2026-12-04 (`x`)."
+    assert coverage.dates([old, new], "5.24.0") == (
+        "Map rows (transformers 5.24.0): 1 from 2026-12-02, 1 re-run 2026-12-04 (`x`)."
+    )
     assert coverage.dates([old]) == "Map rows: 1 from 2026-12-02."
 
 
