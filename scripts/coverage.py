@@ -379,8 +379,12 @@ def judge(r: Result) -> tuple[Evidence, str]:
     if gate is None or gate.reason:
         return Evidence.NOT_EXECUTED, gate.reason if gate else "not run"
     shown, leak, equal = _shown(gate), gate.isolation != "bitwise", gate.bytes == "equal"
+    if r.outcome is Outcome.PROVEN and (leak or not equal):
+        # the gate's own proof also judges the stage programs its builder makes (GC303)
+        seen = f"; the gate's proof: {', '.join(gate.static_codes)}" if gate.static_codes else ""
+        return Evidence.WRONG_PASS, shown + seen
     if r.outcome is Outcome.PROVEN:
-        return (Evidence.WRONG_PASS, shown) if leak or not equal else (Evidence.ISOLATED, shown)
+        return Evidence.ISOLATED, shown
     if leak:
         return Evidence.LEAK, shown
     return (Evidence.FALSE_ALARM if equal else Evidence.BYTES), shown

@@ -351,6 +351,8 @@ def test_proven_with_a_leak_or_unequal_bytes_is_a_wrong_pass(bytes_, perturb, sh
     if bytes_ == "differ":
         result = _with_gate(_proven(), _gate(bytes_, codes=(), first=first))
         assert coverage.judge(result)[1].endswith(f"first differing byte at {first}")
+        staged = _with_gate(_proven(), _gate(bytes_, codes=("GC303",)))  # predicted by the gate
+        assert coverage.judge(staged)[1].endswith("; the gate's proof: GC303")
     table = coverage.markdown([result], "9.9")
     assert "0 isolated, 1 WRONG PASS" in table
     assert f"* **WRONG PASS**: `llama` (cut 4: bytes {bytes_}, perturb {perturb}" in table
