@@ -520,6 +520,7 @@ def disagreements(results: Sequence[Result]) -> list[str]:
             unrun.append(f"`{r.family}`")
         elif kind in found:
             codes = ", ".join(c for c in r.codes if c in DOCUMENT_CODES)
+            shown = _short(shown, 160) if kind is Evidence.NOT_EXECUTED else shown
             found[kind].append(f"`{r.family}` ({codes + '; ' if codes else ''}{shown})")
     if unrun:
         found[Evidence.NOT_EXECUTED].append(f"not run yet: {', '.join(unrun)}")
