@@ -376,8 +376,11 @@ def judge(r: Result) -> tuple[Evidence, str]:
     if not needs_gate(r):
         return Evidence.OFF_TOPIC, ""
     gate = r.gate
-    if gate is None or gate.reason:
-        return Evidence.NOT_EXECUTED, gate.reason if gate else "not run"
+    if gate is None:
+        return Evidence.NOT_EXECUTED, "not run"
+    if gate.reason:  # in eval: the train program drew random numbers, no bytes to compare
+        eval_ = "train has random ops; in eval, " if gate.mode == "eval" else ""
+        return Evidence.NOT_EXECUTED, eval_ + gate.reason
     shown, leak, equal = _shown(gate), gate.isolation != "bitwise", gate.bytes == "equal"
     if r.outcome is Outcome.PROVEN and (leak or not equal):
         # the gate's own proof also judges the stage programs its builder makes (GC303)

@@ -128,6 +128,16 @@ def test_readme_table_has_one_row_per_family_of_the_pinned_transformers():
     assert all(row[4] in outcomes for row in rows), [r for r in rows if r[4] not in outcomes]
 
 
+def test_readme_table_has_evidence_wherever_the_gate_can_speak():
+    path = ROOT / "docs" / "coverage.json"
+    saved = {r["family"]: r for r in json.loads(path.read_text(encoding="utf-8"))["results"]}
+    for family, result in coverage.load(path).items():
+        kind, shown = coverage.judge(result)
+        assert saved[family]["evidence"] == coverage.evidence_text(result)
+        assert (kind is coverage.Evidence.NONE) == (result.outcome == "unsupported"), family
+        assert (kind, shown) != (coverage.Evidence.NOT_EXECUTED, "not run"), family
+
+
 def test_readme_table_is_the_committed_results():
     path = ROOT / "docs" / "coverage.json"
     saved = json.loads(path.read_text(encoding="utf-8"))
@@ -430,6 +440,10 @@ def test_a_train_program_with_dropout_is_gated_in_eval(monkeypatch):
     assert not coverage.stale(result)  # eval draws no random numbers: GC304 is the train's
     result.gate.mode = "train"
     assert coverage.stale(result)
+    result.gate = coverage.replace(coverage.gate_record(1, 2, "", refusal), mode="eval")
+    assert coverage.judge(result)[1] == (
+        "train has random ops; in eval, the train program has random ops (GC304: dropout in m)"
+    )
 
 
 def test_to_gate_picks_the_families_that_need_it():
