@@ -58,9 +58,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_locality.py
 	$(BIN)/python benchmarks/bench_startup.py
 
-# Every transformers causal-LM family through `graphcheck map`: README's coverage table.
+# Every transformers causal-LM family through `graphcheck map`, and `graphcheck gate` for
+# every family proven or with a GC401/GC402 finding: README's coverage table.
 coverage: $(STAMP)
-	$(BIN)/python scripts/coverage.py --write --json docs/coverage.json
+	$(BIN)/python scripts/coverage.py --evidence --write --json docs/coverage.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -13,6 +13,26 @@ a timeout) and sorted into one outcome:
   exit 1 when every finding fails closed on an op graphcheck's op table lacks: not proven,
   and not shown wrong either.
 
+Execution evidence (``--evidence``): a family proven, or with a finding of a document rule
+(GC401 documents mixed, GC402 positions made up), also runs ``graphcheck gate hf:<type>
+--cuts K --format json`` (K the middle boundary; each stage in a process of its own, under
+``nice``, with the timeout): the exact tests say whether the documents stay isolated, and the
+row keeps the gate's statuses, first crossing and own static verdict. Its evidence:
+
+* ``isolated`` - proven, bytes equal, perturb and shift bitwise: the proof stands;
+* ``WRONG PASS`` - proven, yet a document's outputs moved or the staged bytes differ;
+* ``leak shown`` - a document finding the gate shows: the ``true finding`` stands;
+* ``false alarm`` - a document finding, yet every document is bitwise isolated and the bytes
+  equal (``bytes differ`` when they are not): the table says ``false alarm``, not
+  ``true finding``;
+* ``not about documents`` - the findings name no document rule (GC205 tied embeddings, GC501
+  fp32 parameters, GC206, GC403...): no isolation test speaks to them, the finding stands;
+* ``not executed: <reason>`` - the gate could not compare (exit 2, a timeout, a stage that
+  could not run) or has not run (``not run``); such a finding reads ``finding not checked``.
+
+A train program with dropout has no bytes to compare (the gate refuses it): the gate then runs
+``--mode eval``, and the evidence says ``eval``.
+
 ``exported`` says whether the export went through, else which step failed. ``attention``
 says which attention the proof ran through: ``varlen`` (graphcheck_varlen, a varlen kernel
 fed the document boundaries; N calls), ``sdpa`` or ``eager`` (the family's own attention),
@@ -22,11 +42,16 @@ mask its own code reads; the details name it), or ``-`` (not exported).
     .venv/bin/python scripts/coverage.py --only llama gpt2        # print their rows
     .venv/bin/python scripts/coverage.py --write --json docs/coverage.json   # every family
     .venv/bin/python scripts/coverage.py --load docs/coverage.json --only gpt2 --write
+    .venv/bin/python scripts/coverage.py --load docs/coverage.json --evidence --write \
+        --json docs/coverage.json                      # evidence for the saved map rows
 
 ``--load FILE...`` starts from saved results (a later file's result of a family wins) and
 re-runs only the ``--only`` families; a result saved before the attention column says ``not
-re-run`` there. ``--write`` replaces the table between ``<!-- coverage:begin -->`` and
-``<!-- coverage:end -->`` in README.md and needs a result for every family.
+re-run`` there. A map run drops the family's gate run; ``--evidence`` gates the families of
+the run (``--only``, else all) that need it and have none, so a cut-short sweep resumes from
+its ``--json``; ``--gate TYPE...`` gates those again without their map. ``--write`` replaces
+the table between ``<!-- coverage:begin -->`` and ``<!-- coverage:end -->`` in README.md and
+needs a result for every family.
 """
 
 from __future__ import annotations
@@ -36,13 +61,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -84,12 +110,48 @@ class Outcome(StrEnum):
     UNSUPPORTED = "unsupported"
 
 
+class Evidence(StrEnum):
+    """What the gate's exact tests say about a family's map outcome."""
+
+    ISOLATED = "isolated"  # proven, and no bit of another document moved
+    WRONG_PASS = "WRONG PASS"  # proven, yet the gate shows a leak or unequal bytes
+    LEAK = "leak shown"  # a document finding, and the gate shows the leak
+    FALSE_ALARM = "false alarm"  # a document finding, yet documents stay bitwise isolated
+    BYTES = "bytes differ"  # a document finding, documents isolated, staged bytes differ
+    OFF_TOPIC = "not about documents"  # the findings name no document rule
+    NOT_EXECUTED = "not executed"  # the gate did not run (the reason follows)
+    NONE = "-"  # unsupported: nothing to compare
+
+
 class Exported(StrEnum):
     YES = "yes"
     BUILD = "no (build failed)"
     LAYOUT = "no (layout not found)"
     EXPORT = "no (export failed)"
     NO = "no"
+
+
+@dataclass
+class GateRun:
+    """One ``graphcheck gate hf:<type> --cuts K --format json`` run: its exit, the exact
+    tests' statuses, the first crossing, and the static verdict the gate compared."""
+
+    cut: int
+    exit: int | None
+    bytes: str = "-"  # equal / differ / blocked
+    first_diff: dict | None = None  # differ: where (token, document, position, column)
+    max_abs_diff: float | None = None
+    isolation: str = "-"  # bitwise / fail
+    perturb: str = "-"
+    shift: str = "-"
+    crossing: dict | None = None  # test, document, token, layer, layer_fqn
+    static: str = "-"  # the gate's own static verdict
+    static_codes: list[str] = field(default_factory=list)
+    agrees: bool | None = None
+    reason: str = ""  # why it did not run (exit 2, a timeout, no report)
+    seconds: float = 0.0
+    date: str = ""
+    mode: str = "train"  # the program run: eval where the train program draws random numbers
 
 
 @dataclass
@@ -110,6 +172,8 @@ class Result:
     export_seconds: float | None = None
     nodes: int | None = None
     attention: str = "-"
+    date: str = ""  # of the map run (UTC)
+    gate: GateRun | None = None
 
 
 def families() -> list[str]:
@@ -238,22 +302,172 @@ def _error(stderr: str, code: int) -> tuple[str, list[str]]:
     return f"crashed (exit {code}): {last}", []
 
 
+# --- execution evidence --------------------------------------------------------------------
+
+# The rules a gate's exact tests can confirm or refute: documents mixed (GC401), positions
+# made up from the packed offset (GC402). Other findings (tied embeddings, fp32 parameters,
+# a boundary of another shape) are not about documents: no isolation test speaks to them.
+DOCUMENT_CODES = frozenset({"GC401", "GC402"})
+
+
+def needs_gate(r: Result) -> bool:
+    """Proven, or a finding of a document rule: the gate's exact tests can say which."""
+    documents = DOCUMENT_CODES & set(r.codes)
+    return r.outcome is Outcome.PROVEN or (r.outcome is Outcome.FINDING and bool(documents))
+
+
+def middle_cut(r: Result) -> int:
+    """The boundary the gate cuts at: the middle of the L layers (``cuts`` ``a/L+1``), else 1.
+
+    >>> middle_cut(Result("x", Outcome.PROVEN, Exported.YES, 0, cuts="9/9"))
+    4
+    """
+    try:
+        layers = int(r.cuts.split("/")[1]) - 1
+    except (IndexError, ValueError):
+        return 1
+    return max(1, layers // 2)
+
+
+def gate_record(
+    cut: int, code: int | None, stdout: str, stderr: str, seconds: float = 0.0
+) -> GateRun:
+    """One ``graphcheck gate --format json`` run (``code`` None: timed out), recorded.
+
+    >>> gate_record(4, None, "", "", 300.0).reason
+    'timed out after 300 s'
+    """
+    run = GateRun(cut, code, seconds=round(seconds, 1))
+    if code is None:
+        run.reason = f"timed out after {seconds:.0f} s"
+        return run
+    try:
+        report = json.loads(stdout) if code in (0, 1) else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        run.reason = _WRAPPER.sub("", _error(stderr, code)[0])
+        return run
+    isolation, checked = report.get("isolation") or {}, report.get("bytes") or {}
+    tests = [isolation.get(name) or {} for name in ("perturb", "shift")]
+    static = report.get("static") or {}
+    run.bytes, run.isolation = checked.get("status", "-"), isolation.get("status", "-")
+    run.first_diff, run.max_abs_diff = checked.get("first_diff"), checked.get("max_abs_diff")
+    run.perturb, run.shift = (t.get("status", "-") for t in tests)
+    crossing = next((t["crossing"] for t in tests if t.get("crossing")), None)
+    run.crossing = {k: crossing.get(k) for k in _CROSSING} if crossing else None
+    run.static, run.static_codes = static.get("verdict", "-"), list(static.get("codes") or [])
+    run.agrees = report.get("agrees")
+    if run.bytes == "blocked":
+        run.reason = f"a stage could not run: {checked.get('message') or 'bytes blocked'}"
+    elif run.isolation not in ("bitwise", "fail"):
+        run.reason = f"no isolation status ({run.isolation})"
+    return run
+
+
+_CROSSING = ("test", "document", "token", "layer", "layer_fqn", "max_abs_diff")
+
+
+def judge(r: Result) -> tuple[Evidence, str]:
+    """What the gate says about ``r``'s outcome, and what shows it (the tests, the first
+    crossing, or why the gate did not run)."""
+    if r.outcome is Outcome.UNSUPPORTED:
+        return Evidence.NONE, ""
+    if not needs_gate(r):
+        return Evidence.OFF_TOPIC, ""
+    gate = r.gate
+    if gate is None:
+        return Evidence.NOT_EXECUTED, "not run"
+    if gate.reason:  # in eval: the train program drew random numbers, no bytes to compare
+        eval_ = "train has random ops; in eval, " if gate.mode == "eval" else ""
+        return Evidence.NOT_EXECUTED, eval_ + gate.reason
+    shown, leak, equal = _shown(gate), gate.isolation != "bitwise", gate.bytes == "equal"
+    if r.outcome is Outcome.PROVEN and (leak or not equal):
+        # the gate's own proof also judges the stage programs its builder makes (GC303)
+        seen = f"; the gate's proof: {', '.join(gate.static_codes)}" if gate.static_codes else ""
+        return Evidence.WRONG_PASS, shown + seen
+    if r.outcome is Outcome.PROVEN:
+        return Evidence.ISOLATED, shown
+    if leak:
+        return Evidence.LEAK, shown
+    return (Evidence.FALSE_ALARM if equal else Evidence.BYTES), shown
+
+
+def _shown(gate: GateRun) -> str:
+    """``cut 4: bytes equal, perturb fail, shift bitwise; perturb: document 1 token 0 at
+    layer 0 (model.layers.0)``."""
+    text = f"cut {gate.cut}: bytes {gate.bytes}, perturb {gate.perturb}, shift {gate.shift}"
+    text = f"{gate.mode}, {text}" if gate.mode != "train" else text
+    c = gate.crossing
+    if gate.first_diff:
+        text += f"; first differing byte at {gate.first_diff}"
+    if c:
+        text += f"; {c.get('test')}: document {c.get('document')} token {c.get('token')}"
+        if c.get("layer_fqn") is not None:
+            text += f" at layer {c.get('layer')} ({c.get('layer_fqn')})"
+    return text
+
+
+def stale(r: Result) -> bool:
+    """The gate's own static codes differ from the map row's (but for the stage-program
+    rules, which only the gate's proof runs): the row predates the code."""
+    if r.gate is None or r.gate.reason:
+        return False
+    drawn = {"GC304"} if r.gate.mode == "eval" else set()  # eval draws no random numbers
+    return set(r.gate.static_codes) - STAGE_CODES != set(r.codes) - drawn
+
+
+# Rules on the stage programs a builder makes: the gate's proof runs them, the map does not.
+STAGE_CODES = frozenset({"GC301", "GC302", "GC303"})
+
+
+def evidence_text(r: Result) -> str:
+    """``not executed: timed out after 300 s``, ``false alarm``: the class and its reason
+    for not running."""
+    kind, shown = judge(r)
+    return f"{kind}: {shown}" if kind is Evidence.NOT_EXECUTED else str(kind)
+
+
 # --- the table -----------------------------------------------------------------------------
 
 
+def label(r: Result) -> str:
+    """The outcome the table shows: a finding of a document rule is a ``true finding``
+    only where the gate shows the leak; ``false alarm`` where the documents stay bitwise
+    isolated; ``finding not checked`` where the gate did not run."""
+    kind, _ = judge(r)
+    if r.outcome is not Outcome.FINDING or kind in (Evidence.LEAK, Evidence.OFF_TOPIC):
+        return str(r.outcome)
+    return FALSE_ALARM if kind in (Evidence.FALSE_ALARM, Evidence.BYTES) else UNCHECKED
+
+
+FALSE_ALARM = "false alarm"
+UNCHECKED = "finding not checked"
+LABELS = (Outcome.PROVEN, Outcome.FINDING, FALSE_ALARM, UNCHECKED, Outcome.UNSUPPORTED)
+
+
 def summary(results: Iterable[Result]) -> str:
-    """``196 families: 120 all cuts proven, 40 true finding, 36 unsupported; attention: 150
-    varlen, 6 refused, 40 -``."""
+    """``196 families: 120 all cuts proven, 38 true finding, 2 false alarm, 0 finding not
+    checked, 36 unsupported; attention: 150 varlen, 6 refused, 40 -``."""
     results = list(results)
-    counts = Counter(r.outcome for r in results)
-    parts = ", ".join(f"{counts[o]} {o}" for o in Outcome)
+    counts = Counter(label(r) for r in results)
+    parts = ", ".join(f"{counts[o]} {o}" for o in LABELS)
     kinds = Counter(r.attention.split(" ×")[0] for r in results)
     attention = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
     return f"{len(results)} families: {parts}; attention: {attention}"
 
 
+def evidence_summary(results: Iterable[Result]) -> str:
+    """``gate evidence: 55 isolated, 0 WRONG PASS, 20 leak shown, ...`` (``-``: unsupported,
+    not counted)."""
+    counts = Counter(judge(r)[0] for r in results)
+    return "gate evidence: " + ", ".join(
+        f"{counts[e]} {e}" for e in Evidence if e is not Evidence.NONE
+    )
+
+
 def markdown(results: Sequence[Result], version: str) -> str:
-    """The table: one row per family, with a summary line above it."""
+    """The table: one row per family, with summary lines and the disagreements above it."""
     stale = sum(r.attention == NOT_RERUN for r in results)
     note = (
         f" {stale} rows say `{NOT_RERUN}`: they are from the sweep before the attention "
@@ -265,12 +479,64 @@ def markdown(results: Sequence[Result], version: str) -> str:
         f"transformers {version}, `graphcheck map hf:<type>` with default options "
         f"({summary(results)}).{note}",
         "",
+        f"{evidence_summary(results)} (`graphcheck gate hf:<type> --cuts K`, K the middle "
+        f"boundary). {dates(results, version)}",
+        "",
+        *disagreements(results),
         *refusals(results),
-        "| family | exported | attention | cuts proven | outcome | details |",
-        "|---|---|---|---|---|---|",
+        "| family | exported | attention | cuts proven | outcome | evidence | details |",
+        "|---|---|---|---|---|---|---|",
     ]
     rows += [_row(r) for r in results]
     return "\n".join(rows) + "\n"
+
+
+def dates(results: Sequence[Result], version: str = "") -> str:
+    """``Map rows (transformers 5.24.0): 150 from 2026-12-02, 46 re-run 2026-12-04 (`a`,
+    `b`); gate runs 2026-12-04.``: when each row was judged, the newest run's named."""
+    by_date: dict[str, list[str]] = {}
+    for r in results:
+        by_date.setdefault(r.date or "an earlier run", []).append(f"`{r.family}`")
+    order = sorted(by_date, key=lambda d: (d[0].isdigit(), d))
+    newest = order[-1] if len(order) > 1 else None
+    parts = [
+        f"{len(by_date[d])} re-run {d} ({', '.join(by_date[d])})"
+        if d == newest
+        else f"{len(by_date[d])} from {d}"
+        for d in order
+    ]
+    gated = sorted({r.gate.date for r in results if r.gate is not None and r.gate.date})
+    runs = f"; gate runs {', '.join(gated)}" if gated else ""
+    pinned = f" (transformers {version})" if version else ""
+    return f"Map rows{pinned}: {', '.join(parts)}{runs}."
+
+
+def disagreements(results: Sequence[Result]) -> list[str]:
+    """Where the gate and the map disagree or could not be compared: one bullet per kind
+    (WRONG PASS always, first), then a blank line."""
+    kinds = (Evidence.WRONG_PASS, Evidence.FALSE_ALARM, Evidence.BYTES, Evidence.NOT_EXECUTED)
+    found: dict[Evidence, list[str]] = {kind: [] for kind in kinds}
+    unrun = []
+    for r in results:
+        kind, shown = judge(r)
+        if kind is Evidence.NOT_EXECUTED and shown == "not run":
+            unrun.append(f"`{r.family}`")
+        elif kind in found:
+            codes = ", ".join(c for c in r.codes if c in DOCUMENT_CODES)
+            shown = _short(shown, 160) if kind is Evidence.NOT_EXECUTED else shown
+            found[kind].append(f"`{r.family}` ({codes + '; ' if codes else ''}{shown})")
+    if unrun:
+        found[Evidence.NOT_EXECUTED].append(f"not run yet: {', '.join(unrun)}")
+    lines = ["Disagreements of the map with the gate's exact tests:"]
+    lines += [
+        f"* **{kind}**: {'; '.join(found[kind]) or 'none'}"
+        for kind in kinds
+        if found[kind] or kind is Evidence.WRONG_PASS
+    ]
+    drifted = [f"`{r.family}`" for r in results if stale(r)]
+    if drifted:
+        lines.append(f"* the gate's static codes differ from the map row: {', '.join(drifted)}")
+    return [*lines, ""]
 
 
 # What a refusal names (its reason's words) -> the kind of program graphcheck_varlen would
@@ -307,8 +573,22 @@ def _row(r: Result) -> str:
     exported = r.exported.value
     if r.exported is Exported.YES and r.export_seconds is not None:
         exported = f"yes ({r.export_seconds:.1f} s, {r.nodes} nodes)"
-    cells = (f"`{r.family}`", exported, r.attention, r.cuts, r.outcome.value, _details(r))
+    cells = (f"`{r.family}`", exported, r.attention, r.cuts, label(r), _evidence(r), _details(r))
     return "| " + " | ".join(cells) + " |"
+
+
+def _evidence(r: Result) -> str:
+    """The evidence cell: the class, bold where the gate and the map disagree, and what
+    shows it."""
+    kind, shown = judge(r)
+    if kind in (Evidence.NONE, Evidence.OFF_TOPIC):
+        return str(kind)
+    if kind is Evidence.NOT_EXECUTED:
+        return _short(f"{kind}: {shown}", 160).replace("|", "\\|")
+    loud = kind in (Evidence.WRONG_PASS, Evidence.FALSE_ALARM, Evidence.BYTES)
+    if kind is Evidence.ISOLATED:
+        shown = f"cut {r.gate.cut}"
+    return (f"**{kind}**" if loud else str(kind)) + f" ({shown})"
 
 
 def _details(r: Result) -> str:
@@ -356,27 +636,65 @@ def rewrite(text: str, table: str) -> str:
 
 def run(family: str, timeout: float) -> Result:
     """``graphcheck map hf:<family> --format json`` in a subprocess, classified."""
+    code, stdout, stderr, seconds = _graphcheck(["map", f"hf:{family}"], timeout)
+    result = classify(family, code, stdout, stderr, seconds)
+    result.date = _today()
+    return result
+
+
+def run_gate(result: Result, timeout: float) -> Result:
+    """``result`` with the gate's evidence: ``graphcheck gate hf:<family> --cuts K``."""
+    cut = middle_cut(result)
+    argv = ["gate", f"hf:{result.family}", "--cuts", str(cut)]
+    gate = gate_record(cut, *_graphcheck(argv, timeout))
+    if gate.reason.startswith(RANDOM):  # no bytes to compare in train: the eval program's
+        gate = replace(gate_record(cut, *_graphcheck([*argv, "--mode", "eval"], timeout)),
+                       mode="eval")  # fmt: skip
+    gate.date = _today()
+    return replace(result, gate=gate)
+
+
+RANDOM = "the train program has random ops"  # the gate's refusal: dropout in model.train()
+
+
+def _graphcheck(argv: list[str], timeout: float) -> tuple[int | None, str, str, float]:
+    """``python -m graphcheck ARGV --format json`` under ``nice``: exit (None: timed
+    out), stdout, stderr, seconds. In a session of its own: a timeout ends the gate's stage
+    processes too, not only graphcheck."""
     nice = [shutil.which("nice"), "-n", "10"] if shutil.which("nice") else []
-    argv = [*nice, sys.executable, "-m", "graphcheck", "map", f"hf:{family}", "--format", "json"]
+    command = [*nice, sys.executable, "-m", "graphcheck", *argv, "--format", "json"]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
-        )
-    except subprocess.TimeoutExpired:
-        return classify(family, None, "", "", timeout)
-    return classify(family, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        start_new_session=True,
+    ) as child:  # fmt: skip
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            return None, "", "", timeout
+    return child.returncode, stdout, stderr, time.perf_counter() - start
+
+
+def _today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 def run_all(
-    names: Sequence[str], jobs: int, timeout: float, done: Callable[[Result], None] | None = None
+    names: Sequence[str],
+    jobs: int,
+    timeout: float,
+    done: Callable[[Result], None] | None = None,
+    work: Callable[[str], Result] | None = None,
 ) -> dict[str, Result]:
-    """Every family of ``names``, ``jobs`` at a time; progress on stderr, and each result
-    to ``done`` as it comes in."""
+    """``work`` (default: :func:`run`) for every family of ``names``, ``jobs`` at a time;
+    progress on stderr, and each result to ``done`` as it comes in."""
+    work = work or (lambda name: run(name, timeout))
     results: dict[str, Result] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run, name, timeout): name for name in names}
+        futures = {pool.submit(work, name): name for name in names}
         for future in as_completed(futures):
             result = future.result()
             results[result.family] = result
@@ -388,7 +706,12 @@ def run_all(
 
 def _progress(r: Result) -> str:
     what = _details(r) if r.outcome is not Outcome.PROVEN else r.cuts
-    return f"{r.family}: {r.outcome.value} ({_short(what, 120)}) {r.seconds:.1f} s"
+    text = f"{r.family}: {r.outcome.value} ({_short(what, 120)}) {r.seconds:.1f} s"
+    if r.gate is not None:
+        kind, shown = judge(r)
+        text += f"; gate: {kind} ({_short(shown, 160)}) {r.gate.seconds:.1f} s"
+        text += f"; STALE, the gate's static codes: {r.gate.static_codes}" if stale(r) else ""
+    return text
 
 
 NOT_RERUN = "not re-run"  # a result saved before the attention column: its run predates it
@@ -402,12 +725,16 @@ def load(path: Path) -> dict[str, Result]:
     for item in data["results"]:
         item.setdefault("attention", NOT_RERUN)
         item["outcome"], item["exported"] = Outcome(item["outcome"]), Exported(item["exported"])
+        item.pop("evidence", None)  # saved for readers; judged again from the gate run
+        gate = item.get("gate")
+        item["gate"] = GateRun(**gate) if gate else None
         results[item["family"]] = Result(**item)
     return results
 
 
 def save(path: Path, results: Sequence[Result], version: str) -> None:
-    data = {"transformers": version, "results": [asdict(r) for r in results]}
+    rows = [{**asdict(r), "evidence": evidence_text(r)} for r in results]
+    data = {"transformers": version, "results": rows}
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -420,6 +747,15 @@ def _parser() -> argparse.ArgumentParser:
         "--load", type=Path, nargs="+", metavar="FILE",
         help="start from saved results (a later file's result of a family wins)",
     )  # fmt: skip
+    parser.add_argument(
+        "--evidence", action="store_true",
+        help="gate the families that need it (proven, or a GC401/GC402 finding) and have "
+        "no gate run yet: the --only ones, else every family",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gate", nargs="+", metavar="TYPE",
+        help="gate these families (again), without re-running their map",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="FILE", help="save the results")
     parser.add_argument("--write", action="store_true", help="rewrite README.md's table")
     return parser
@@ -430,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     known = families()
-    unknown = sorted(set(args.only or ()) - set(known))
+    unknown = sorted(set(args.only or ()).union(args.gate or ()) - set(known))
     if unknown:
         print(f"coverage: not a causal-LM family: {', '.join(unknown)}", file=sys.stderr)
         return 2
@@ -444,7 +780,13 @@ def main(argv: list[str] | None = None) -> int:
             save(args.json, [results[n] for n in known if n in results], transformers.__version__)
 
     names = args.only or ([] if args.load else known)
-    results.update(run_all(names, args.jobs, args.timeout, keep))
+    results.update(run_all(names, args.jobs, args.timeout, keep))  # a new map: no gate run
+    gated = to_gate(results, args.only or known, args.evidence, args.gate or ())
+    results.update(
+        run_all(
+            gated, args.jobs, args.timeout, keep, lambda name: run_gate(results[name], args.timeout)
+        )
+    )
     ordered = [results[name] for name in known if name in results]
     table = markdown(ordered, transformers.__version__)
     if args.json:
@@ -461,7 +803,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(table)
     print(summary(ordered))
+    stale_rows = [r.family for r in ordered if stale(r)]
+    if stale_rows:
+        print(f"the gate's static codes differ from the map row (re-run with --only): "
+              f"{' '.join(stale_rows)}")  # fmt: skip
     return 0
+
+
+def to_gate(
+    results: dict[str, Result], names: Sequence[str], evidence: bool, forced: Sequence[str]
+) -> list[str]:
+    """The families to gate: ``forced`` ones that need it; with ``evidence``, those of
+    ``names`` that need it and have no gate run."""
+    chosen = [n for n in forced if n in results and needs_gate(results[n])]
+    if evidence:
+        chosen += [
+            n for n in names
+            if n in results and needs_gate(results[n]) and results[n].gate is None
+        ]  # fmt: skip
+    return list(dict.fromkeys(chosen))
 
 
 if __name__ == "__main__":
