@@ -21,6 +21,9 @@ row keeps the gate's statuses, first crossing and own static verdict. Its eviden
 
 * ``isolated`` - proven, bytes equal, perturb and shift bitwise: the proof stands;
 * ``WRONG PASS`` - proven, yet a document's outputs moved or the staged bytes differ;
+* ``stage programs differ`` - every cut proven, documents isolated, the staged bytes differ,
+  and the gate's own proof (which, unlike the map, proves the stage programs its builder
+  makes) fails on them alone (GC301/GC303) and so agrees with the bytes;
 * ``leak shown`` - a document finding the gate shows: the ``true finding`` stands;
 * ``false alarm`` - a document finding, yet every document is bitwise isolated and the bytes
   equal (``bytes differ`` when they are not): the table says ``false alarm``, not
@@ -115,6 +118,7 @@ class Evidence(StrEnum):
 
     ISOLATED = "isolated"  # proven, and no bit of another document moved
     WRONG_PASS = "WRONG PASS"  # proven, yet the gate shows a leak or unequal bytes
+    STAGES = "stage programs differ"  # cuts proven; the builder's stages fail their proof
     LEAK = "leak shown"  # a document finding, and the gate shows the leak
     FALSE_ALARM = "false alarm"  # a document finding, yet documents stay bitwise isolated
     BYTES = "bytes differ"  # a document finding, documents isolated, staged bytes differ
@@ -385,6 +389,9 @@ def judge(r: Result) -> tuple[Evidence, str]:
     if r.outcome is Outcome.PROVEN and (leak or not equal):
         # the gate's own proof also judges the stage programs its builder makes (GC303)
         seen = f"; the gate's proof: {', '.join(gate.static_codes)}" if gate.static_codes else ""
+        staged = set(gate.static_codes) and set(gate.static_codes) <= STAGE_CODES - {"GC302"}
+        if staged and not leak and gate.agrees:  # the map proves cuts, not stage programs
+            return Evidence.STAGES, shown + seen
         return Evidence.WRONG_PASS, shown + seen
     if r.outcome is Outcome.PROVEN:
         return Evidence.ISOLATED, shown

@@ -249,7 +249,7 @@ def test_markdown_summary_and_rewrite_between_the_markers():
         "3 families: 1 all cuts proven, 1 true finding, 0 false alarm, 0 finding not checked, "
         "1 unsupported" in table
     )
-    assert "gate evidence: 0 isolated, 0 WRONG PASS, 0 leak shown" in table
+    assert "gate evidence: 0 isolated, 0 WRONG PASS, 0 stage programs differ, 0 leak shown" in table
     assert "1 not about documents, 1 not executed" in table
     assert "* **WRONG PASS**: none" in table and "not run yet: `a`" in table
     assert table.count("\n| `") == 3
@@ -362,7 +362,10 @@ def test_proven_with_a_leak_or_unequal_bytes_is_a_wrong_pass(bytes_, perturb, sh
         result = _with_gate(_proven(), _gate(bytes_, codes=(), first=first))
         assert coverage.judge(result)[1].endswith(f"first differing byte at {first}")
         staged = _with_gate(_proven(), _gate(bytes_, codes=("GC303",)))  # predicted by the gate
+        assert coverage.judge(staged)[0] == "stage programs differ"
         assert coverage.judge(staged)[1].endswith("; the gate's proof: GC303")
+        disagreed = _with_gate(_proven(), _gate(bytes_, codes=("GC303",), agrees=False))
+        assert coverage.judge(disagreed)[0] == "WRONG PASS"
     table = coverage.markdown([result], "9.9")
     assert "0 isolated, 1 WRONG PASS" in table
     assert f"* **WRONG PASS**: `llama` (cut 4: bytes {bytes_}, perturb {perturb}" in table
