@@ -4,8 +4,9 @@
 ops, views, reductions, norms, softmaxes, factories, sizes) and
 :mod:`graphcheck.analysis.optable_mixers` (contractions, scans, sorts, indexing,
 attention) and :mod:`graphcheck.analysis.optable_onehot` (one-hot maps, repeats,
-inverse permutations). An op that is not in the table and touches a token dimension makes its
-result ``LEAK``: the proof fails closed. Custom ops and higher-order ops
+inverse permutations) and :mod:`graphcheck.analysis.optable_conv` (convolutions along
+the tokens, as sums of token shifts). An op that is not in the table and touches a
+token dimension makes its result ``LEAK``: the proof fails closed. Custom ops and higher-order ops
 (:mod:`graphcheck.analysis.optable_hop`) have their own fallbacks;
 :mod:`graphcheck.analysis.optable_groups` adds ``item`` and refines ``cat`` and
 ``index_add`` for rows split by group sizes.
@@ -19,7 +20,13 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from graphcheck.analysis import optable, optable_groups, optable_mixers, optable_onehot
+from graphcheck.analysis import (
+    optable,
+    optable_conv,
+    optable_groups,
+    optable_mixers,
+    optable_onehot,
+)
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import Interp, Val, carry, unknown, unknown_or_leak
 
@@ -30,6 +37,7 @@ FAMILIES = [
     *optable_mixers.FAMILIES,
     *optable_onehot.FAMILIES,
     *optable_groups.FAMILIES,
+    *optable_conv.FAMILIES,
 ]
 
 
