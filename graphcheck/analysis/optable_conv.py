@@ -81,12 +81,12 @@ def pad(interp: Interp, node: torch.fx.Node, src: Val, dim: int) -> Val | None:
     if 2 * i + 1 >= len(widths) or bind(node).get("mode", "constant") != "constant":
         return None  # reflect / replicate / circular pads read other tokens
     before = widths[2 * i]
-    if type(before) is not int or before < 0 or (src.dep > Dep.DOC and src.shift is None):
-        return None
+    if type(before) is not int or before < 0 or (src.dep == Dep.SPAN and src.shift is None):
+        return None  # in front by a size, or a span between two tokens: not followed
     hi, lo = span(src) if src.shift is not None else (0, 0)
     if src.shift is not None and src.shift[0] != dim:
         return None
-    if before == 0 and src.shift is None:  # padded behind: no token moves
+    if before == 0 and src.shift is None:  # padded behind (leaking or not): no token moves
         return src.with_(toks=meta_toks(node.meta.get("val"), interp.tokens), kind=None,
                          guard=None, tri=None, shift=(dim, 0, node, 0))  # fmt: skip
     why = f"`{op_name(node.target)}` pads the token dimension by {before} in front: "
