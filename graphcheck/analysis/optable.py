@@ -290,11 +290,12 @@ def _created(interp, node, base: str, operands, which: str) -> Pair | None:
         return None
     vals = [interp.val(t) for t in tensors]
     places = [_placed(interp, node, t) for t in tensors]
-    if any(v is None for v in vals) or not all(len(p) == 1 for p in places):
+    if any(v is None for v in vals) or not all(places) or len(places[0]) != len(places[1]):
         return None
-    (ra,), (rb,) = places
-    if ra == rb:
+    shared = set(places[0]) & set(places[1])  # a chunk index: the same on both sides
+    if len(places[0]) != len(shared) + 1 or (shared and not _one_separator(vals)):
         return None
+    ((ra,), (rb,)) = (tuple(set(p) - shared) for p in places)
     kinds = {v.kind for v in vals}
     same_ids = type(vals[0].extra) is int and vals[0].extra == vals[1].extra  # doc + k both
     ids = (kinds == {Kind.DOCID} and same_ids) or _one_separator(vals)
@@ -308,7 +309,8 @@ def _created(interp, node, base: str, operands, which: str) -> Pair | None:
 
 
 def _one_separator(vals: list[Val]) -> bool:
-    """Both sides read one prefix sum whose values are equal only inside a document."""
+    """Both sides read one prefix sum (or one padding of document ids) whose values are
+    equal only inside a document."""
     return all(v.kind == Kind.DOCSEP for v in vals) and vals[0].ref is vals[1].ref
 
 

@@ -87,11 +87,21 @@ def pad(interp: Interp, node: torch.fx.Node, src: Val, dim: int) -> Val | None:
     if src.shift is not None and src.shift[0] != dim:
         return None
     if before == 0 and src.shift is None:  # padded behind (leaking or not): no token moves
-        return src.with_(toks=meta_toks(node.meta.get("val"), interp.tokens), kind=None,
-                         guard=None, tri=None, shift=(dim, 0, node, 0))  # fmt: skip
+        kind = _separating(src, bind(node).get("value") or 0)
+        return src.with_(toks=meta_toks(node.meta.get("val"), interp.tokens), kind=kind,
+                         ref=node if kind else None, extra=None, guard=None, tri=None,
+                         shift=(dim, 0, node, 0))  # fmt: skip
     why = f"`{op_name(node.target)}` pads the token dimension by {before} in front: "
     return _pending(interp, node, src, dim, hi + before, lo + before, why + _tokens_back(
         hi + before, lo + before))  # fmt: skip
+
+
+def _separating(src: Val, fill) -> Kind | None:
+    """Document ids ``doc + k`` padded behind with a fill below ``k``: values equal only
+    inside one document, or both in the padding (which holds no token's data)."""
+    fill = int(fill) if isinstance(fill, float) and fill.is_integer() else fill
+    ids = src.kind == Kind.DOCID and type(src.extra) is int
+    return Kind.DOCSEP if ids and type(fill) is int and fill < src.extra else None
 
 
 def crop(interp: Interp, node: torch.fx.Node) -> Val | None:
