@@ -161,7 +161,10 @@ def _shifted(interp, node, base: str, operands, result: Val) -> Val:
             found.append((arg, (val.shift[0] + offset, *val.shift[1:])))
     if not found:
         return result
+    found = [f for f in found if f[1][1] != 0] or found  # padded behind: nothing to mask
     arg, shift = found[0]
+    if shift[1] == 0:
+        return result.with_(shift=shift)
     relative = _masked_at_starts(interp, node, base, operands, arg, shift[1])
     if len(found) == 1 and relative is not None:
         leaks = result.leaks - {shift[2]}
@@ -198,7 +201,10 @@ def _masked_at_starts(interp, node, base: str, operands, shifted, amount: int):
     shift_dim = interp.val(shifted).shift[0] + ndim_of(node) - len(interp.val(shifted).toks)
     if _placed(interp, node, mask) != (shift_dim,):
         return None
-    return val.absolute if base == "mul" and is_window(term, amount) else frozenset()
+    if base != "mul" or not is_window(term, amount):
+        return frozenset()
+    others = [interp.val(a) for a in operands if a is not mask and isinstance(a, torch.fx.Node)]
+    return val.absolute - union(v.absolute for v in others if v is not None)
 
 
 def _placed(interp: Interp, node, arg) -> tuple[int, ...]:

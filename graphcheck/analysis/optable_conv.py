@@ -127,8 +127,10 @@ def crop(interp: Interp, node: torch.fx.Node) -> Val | None:
                            "ends (fail closed)", toks=toks)  # fmt: skip
     if hi == start:  # every element is its own token again
         origin = src.shift[2]
-        return src.with_(toks=toks, shift=None, leaks=src.leaks - {origin},
-                         dep=Dep.LEAK if src.leaks - {origin} else Dep.DOC)  # fmt: skip
+        if origin not in src.leaks:  # padded behind: nothing was pending
+            return src.with_(toks=toks, shift=None)
+        left = src.leaks - {origin}
+        return src.with_(toks=toks, shift=None, leaks=left, dep=Dep.LEAK if left else Dep.DOC)
     return src.with_(toks=toks, shift=(dim, hi - start, src.shift[2], lo - start))
 
 
