@@ -314,10 +314,10 @@ class Explorer:
             return []
         spans, found = [span], []
         while len(spans) < MAX_PROGRAMS and (gap := first_gap(spans)) is not None:
-            case = self._case(example_tokens(gap))
-            try:
+            try:  # too few tokens for as many documents, or the model does not run there
+                case = self._case(example_tokens(gap))
                 covered = case.program.exported.span
-            except GraphcheckError as err:  # the model does not run there: the gap stays
+            except GraphcheckError as err:  # the gap stays
                 self._uncovered = f"traced on T = {example_tokens(gap)}, {_first_line(err)}"
                 break
             if covered is None or not covered.contains(example_tokens(gap)):

@@ -86,12 +86,18 @@ def test_with_a_dynamic_t_the_roll_itself_is_the_finding():
 
 
 def test_a_symbolic_pad_width_of_the_token_dim_is_a_named_finding_not_a_crash():
-    messages = [d.message for d in gc401("symbolic_pad_tokens")]
+    messages = [d.message for d in gc401("symbolic_pad_tokens_front")]
     assert any(
         m.startswith("`aten.pad.default` pads the token dimension by a width") for m in messages
     )
     assert not any("could not follow" in m or "TypeError" in m for m in messages)
-    assert report("symbolic_pad_tokens").diagnostics[0].node == "pad"
+    assert report("symbolic_pad_tokens_front").diagnostics[0].node == "pad"
+
+
+def test_a_symbolic_pad_of_the_token_dim_behind_cropped_back_passes():
+    # padding up to a multiple moves no token; the crop back to T is the identity
+    assert report("symbolic_pad_tokens").verdict == "pass"
+    assert report("symbolic_pad_tokens").diagnostics == []
 
 
 def test_a_symbolic_pad_width_of_the_features_passes():

@@ -41,7 +41,9 @@ __all__ = [
     "combined",
     "covers_shift",
     "document_id_shift",
+    "is_window",
     "layout_diff",
+    "shift_counterexample",
     "substitute",
     "term_of",
 ]
@@ -292,6 +294,50 @@ def covers_shift(term: Term, amount: int) -> bool:
 
 
 def _covers(term: Term, amount: int) -> bool:
+    return _uncovered(term, amount) is None
+
+
+def shift_counterexample(term: Term, amount: int) -> str:
+    """Where the mask ``term`` does not cover a shift by ``amount`` (the smallest layout
+    the solver finds), in words; ``""`` when it covers or the solver cannot say."""
+    found = _uncovered(term, amount)
+    if not found:
+        return ""
+    model, lay, i = found
+    num = lambda t: model.eval(t, model_completion=True).as_long()  # noqa: E731
+    token, docs, tokens = num(i), num(lay.N), num(lay.T)
+    doc, start = num(lay.doc(i)), num(lay.cu(lay.doc(i)))
+    read = token - amount
+    other = f"token {read}, before its document's first token {start}" if read >= 0 else "nothing"
+    return (f"with {docs} document{'s' * (docs != 1)} in {tokens} tokens, token {token} "
+            f"(position {token - start} of document {doc}) reads {other}, where the mask "
+            "does not hold")  # fmt: skip
+
+
+def is_window(zero: Term, amount: int) -> bool:
+    """Whether ``zero`` holds exactly where ``pos(i) < amount``, for every ``0 <= i < T``:
+    a mask ``1 - zero`` that is a function of the positions alone (the same in the
+    packed row and in each document alone), whatever it is computed from."""
+    import z3
+
+    from graphcheck.analysis.locality.obligations import new_layout
+
+    lay = new_layout(z3)
+    i = lay.q
+    try:
+        held = _Z3(z3, lay, i).boolean(zero)
+    except _Outside:
+        return False
+    solver = z3.Solver()
+    solver.set("timeout", 5000)
+    solver.add(*lay.axioms(), held != (i - lay.cu_at(lay.doc_of(i)) < amount))
+    return solver.check() == z3.unsat
+
+
+def _uncovered(term: Term, amount: int, reading: bool = True):
+    """``None`` when ``term`` holds wherever ``pos(i) < amount``; else ``(model, layout,
+    i)`` of a token where it does not (``()`` when outside the translation or unknown),
+    one that reads a token of the row (``i >= amount``) when there is one."""
     import z3
 
     from graphcheck.analysis.locality.obligations import new_layout
@@ -301,9 +347,13 @@ def _covers(term: Term, amount: int) -> bool:
     try:
         held = _Z3(z3, lay, i).boolean(term)
     except _Outside:
-        return False
+        return ()
     crossing = i - lay.cu_at(lay.doc_of(i)) < amount
-    solver = z3.Solver()
+    solver = z3.Optimize()
     solver.set("timeout", 5000)
-    solver.add(*lay.axioms(), crossing, z3.Not(held))
-    return solver.check() == z3.unsat
+    solver.add(*lay.axioms(), crossing, z3.Not(held), *([i >= amount] if reading else []))
+    solver.minimize(lay.T)
+    found = solver.check()
+    if found == z3.unsat:
+        return _uncovered(term, amount, reading=False) if reading else None
+    return (solver.model(), lay, i) if found == z3.sat else ()

@@ -145,15 +145,27 @@ def _masked(vals: list[Val], letters: list[str], summed: str, out: str) -> bool:
         if g is None or g.fill != Fill.ZERO:
             continue
         pair = {ls[g.row], ls[g.col]}
-        if summed in pair and (pair - {summed}) <= set(out):
+        if summed in pair and (pair - {summed}) <= set(out) and _one_chunk(vals, letters, val, ls):
             return True
     return False
+
+
+def _one_chunk(vals: list[Val], letters: list[str], guarded: Val, ls: str) -> bool:
+    """A guard between two in-chunk dims holds at one chunk index (its other token dims):
+    every operand's token dims must be indexed by the guarded operand's letters (the same
+    chunk), and the chunk stays in the output."""
+    own = {ls[d] for d in guarded.token_dims}
+    if own == {ls[guarded.guard.row], ls[guarded.guard.col]}:
+        return True  # a guard between whole tokens
+    return all({lv[d] for d in v.token_dims} <= own for v, lv in zip(vals, letters, strict=True))
 
 
 def _kept_guard(vals: list[Val], letters: list[str], out: str) -> Pair | None:
     for val, ls in zip(vals, letters, strict=True):
         g = val.guard
-        if g is not None and g.fill == Fill.ZERO and ls[g.row] in out and ls[g.col] in out:
+        if g is None or g.fill != Fill.ZERO or ls[g.row] not in out or ls[g.col] not in out:
+            continue
+        if _one_chunk(vals, letters, val, ls) and {ls[d] for d in val.token_dims} <= set(out):
             return Pair(out.index(ls[g.row]), out.index(ls[g.col]), Fill.ZERO)
     return None
 

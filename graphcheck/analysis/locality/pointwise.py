@@ -17,7 +17,13 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
-from graphcheck.analysis.layout_terms import combined, covers_shift, term_of
+from graphcheck.analysis.layout_terms import (
+    combined,
+    covers_shift,
+    is_window,
+    shift_counterexample,
+    term_of,
+)
 from graphcheck.analysis.locality.domain import (
     Dep,
     Fill,
@@ -30,6 +36,7 @@ from graphcheck.analysis.locality.domain import (
     is_one,
     ndim_of,
     shape_of,
+    union,
     unknown,
 )
 from graphcheck.analysis.locality.groups import rounds_down
@@ -224,32 +231,50 @@ def _shifted(interp, node, base: str, operands, result: Val) -> Val:
             found.append((arg, (val.shift[0] + offset, *val.shift[1:])))
     if not found:
         return result
+    found = [f for f in found if f[1][1] != 0] or found  # padded behind: nothing to mask
     arg, shift = found[0]
-    if len(found) == 1 and _masked_at_starts(interp, node, base, operands, arg, shift[1]):
+    if shift[1] == 0:
+        return result.with_(shift=shift)
+    relative = _masked_at_starts(interp, node, base, operands, arg, shift[1])
+    if len(found) == 1 and relative is not None:
         leaks = result.leaks - {shift[2]}
         dep = Dep.LEAK if leaks else max(Dep.DOC, min(result.dep, Dep.DOC))
-        return result.with_(shift=None, leaks=leaks, dep=dep)
+        return result.with_(shift=None, leaks=leaks, dep=dep, absolute=result.absolute - relative)
     return result.with_(shift=shift)
 
 
-def _masked_at_starts(interp, node, base: str, operands, shifted, amount: int) -> bool:
+def _masked_at_starts(interp, node, base: str, operands, shifted, amount: int):
     """``masked_fill(prev, mask, c)`` or ``where(mask, c, prev)`` with ``mask`` on the
     shifted dimension true wherever the token ``amount`` before lies in another
     document (proven by the solver from the mask's term: ``position_ids == 0`` for a
-    shift by one, ``position_ids < k`` for ``k``)."""
-    if base == "masked_fill" and len(operands) >= 3:
-        x, mask, value = operands[:3]
-        ok = x is shifted and not isinstance(value, torch.fx.Node)
-    elif base == "where" and len(operands) >= 3:
-        mask, value, x = operands[:3]
-        ok = x is shifted and not isinstance(value, torch.fx.Node)
-    else:
-        return False
-    term = term_of(interp.val(mask))
-    if not ok or term is None or not covers_shift(term, amount):
-        return False
+    shift by one, ``position_ids < k`` for ``k``), or ``prev * mask`` with ``mask`` 0
+    there (``doc == doc shifted by k``). ``None``: not masked (a refuted mask puts the
+    solver's counterexample into the shift's finding); else the absolute origins the
+    mask drops (a product's mask proven to be ``pos >= k``, a function of positions)."""
+    mask = None
+    if base == "masked_fill" and len(operands) >= 3 and operands[0] is shifted:
+        mask = operands[1] if not isinstance(operands[2], torch.fx.Node) else None
+    elif base == "where" and len(operands) >= 3 and operands[2] is shifted:
+        mask = operands[0] if not isinstance(operands[1], torch.fx.Node) else None
+    elif base == "mul" and len(operands) == 2 and shifted in operands:  # x * (mask: 0 or 1)
+        mask = operands[1] if operands[0] is shifted else operands[0]
+    val = interp.val(mask) if isinstance(mask, torch.fx.Node) else None
+    term = term_of(val) if val is not None and val.shift is None else None
+    if term is not None and base == "mul":
+        term = ("eq", term, ("int", 0))  # the product is 0 where the mask is
+    if term is None or not covers_shift(term, amount):
+        if term is not None and (found := shift_counterexample(term, amount)):
+            origin = interp.val(shifted).shift[2]
+            said = interp.reasons.get(origin, "a token shift")
+            interp.reasons[origin] = said if found in said else f"{said}; {found}"
+        return None
     shift_dim = interp.val(shifted).shift[0] + ndim_of(node) - len(interp.val(shifted).toks)
-    return _placed(interp, node, mask) == (shift_dim,)
+    if _placed(interp, node, mask) != (shift_dim,):
+        return None
+    if base != "mul" or not is_window(term, amount):
+        return frozenset()
+    others = [interp.val(a) for a in operands if a is not mask and isinstance(a, torch.fx.Node)]
+    return val.absolute - union(v.absolute for v in others if v is not None)
 
 
 def _placed(interp: Interp, node, arg) -> tuple[int, ...]:
@@ -341,11 +366,12 @@ def _created(interp, node, base: str, operands, which: str) -> Pair | None:
         return None
     vals = [interp.val(t) for t in tensors]
     places = [_placed(interp, node, t) for t in tensors]
-    if any(v is None for v in vals) or not all(len(p) == 1 for p in places):
+    if any(v is None for v in vals) or not all(places) or len(places[0]) != len(places[1]):
         return None
-    (ra,), (rb,) = places
-    if ra == rb:
+    shared = set(places[0]) & set(places[1])  # a chunk index: the same on both sides
+    if len(places[0]) != len(shared) + 1 or (shared and not _one_separator(vals)):
         return None
+    ((ra,), (rb,)) = (tuple(set(p) - shared) for p in places)
     kinds = {v.kind for v in vals}
     same_ids = type(vals[0].extra) is int and vals[0].extra == vals[1].extra  # doc + k both
     ids = (kinds == {Kind.DOCID} and same_ids) or _one_separator(vals)
@@ -359,7 +385,8 @@ def _created(interp, node, base: str, operands, which: str) -> Pair | None:
 
 
 def _one_separator(vals: list[Val]) -> bool:
-    """Both sides read one prefix sum whose values are equal only inside a document."""
+    """Both sides read one prefix sum (or one padding of document ids) whose values are
+    equal only inside a document."""
     return all(v.kind == Kind.DOCSEP for v in vals) and vals[0].ref is vals[1].ref
 
 
@@ -434,7 +461,9 @@ def _structural_kind(interp, node, base: str, operands, result: Val) -> Val:
     if first is None or first.kind is None:
         return result
     others = operands[1:]
-    if first.kind == Kind.LAYOUT and getattr(node.meta.get("val"), "dtype", None) not in _EXACT:
+    exact = getattr(node.meta.get("val"), "dtype", None) in _EXACT
+    boolean = base in _PRESERVE and _dtype(operands[0]) == torch.bool  # 0 or 1 in any dtype
+    if first.kind == Kind.LAYOUT and not exact and not boolean:
         return result  # a term is exact; a float or bf16 copy may round it
     if base in _PRESERVE and not any(isinstance(a, torch.fx.Node) for a in others):
         return result.with_(kind=first.kind, ref=first.ref, extra=first.extra, dep=first.dep)
@@ -450,6 +479,10 @@ def _structural_kind(interp, node, base: str, operands, result: Val) -> Val:
         extra = (first.extra, divisor)
         return result.with_(kind=Kind.PERMDIV, ref=first.ref, extra=extra, dep=first.dep)
     return result
+
+
+def _dtype(arg) -> torch.dtype | None:
+    return getattr(arg.meta.get("val"), "dtype", None) if isinstance(arg, torch.fx.Node) else None
 
 
 def _doc_shift(shift, base: str, others) -> int | None:

@@ -13,6 +13,7 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.locality import conv
 from graphcheck.analysis.locality.domain import (
     Dep,
     Interp,
@@ -50,6 +51,10 @@ def shift(interp: Interp, node: torch.fx.Node) -> Val:
         pending = frozenset({node})
         return src.with_(dep=Dep.SPAN, leaks=pending, shift=(dims[0], amount, node), kind=None,
                          guard=None, tri=None)  # fmt: skip
+    if len(dims) == 1 and _pad_widths(node) is not None:
+        padded = conv.pad(interp, node, src, dims[0])  # in front by an int, or behind
+        if padded is not None:
+            return padded
     if dims and _symbolic_pad(node, dims, len(src.toks)):
         return interp.leak(node, f"`{op_name(node.target)}` pads the token dimension by a "
                            "width computed from sizes, which graphcheck does not follow "

@@ -8,7 +8,8 @@ also updates what it writes. Higher-order ops (:mod:`~graphcheck.analysis.locali
 and custom ops outside ``aten`` / ``prims`` (:mod:`~graphcheck.analysis.locality.custom`)
 have their own fallbacks; :mod:`~graphcheck.analysis.locality.groups` refines ``cat``
 and ``index_add`` for rows split by group sizes (:data:`~graphcheck.analysis.locality.
-groups.REFINES`).
+groups.REFINES`). Convolutions along the tokens are sums of token shifts
+(:mod:`~graphcheck.analysis.locality.conv`).
 
 >>> import operator, torch
 >>> aten = torch.ops.aten
@@ -28,6 +29,7 @@ from graphcheck.analysis.locality import (
     attention,
     concat,
     contractions,
+    conv,
     custom,
     factories,
     groups,
@@ -62,6 +64,7 @@ FAMILIES = (
     groups,
     concat,
     shifts,
+    conv,
     attention,
     custom,
 )

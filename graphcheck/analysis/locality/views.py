@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.layout_terms import substitute, term_of
+from graphcheck.analysis.locality import conv
 from graphcheck.analysis.locality.domain import (
     Interp,
     Kind,
@@ -306,6 +307,8 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
     bound = bind(node)
     n = len(src.toks) if src else ndim_of(node)
     dim = norm_dim(bound.get("dim", 0), n)
+    if src is not None and src.shift is not None and (cropped := conv.crop(interp, node)):
+        return cropped  # a pad (or a conv) cropped back to T: a shift
     if src is not None and src.toks[dim] is not None and not _whole(bound, shape, dim):
         picked = _layout_at(node, src, bound, dim)
         if picked is not None:
