@@ -61,7 +61,13 @@ from graphcheck.analysis.cost import DOC_LENGTH, Costs
 from graphcheck.analysis.cost import costs as layer_costs
 from graphcheck.analysis.dataflow import CutAnalysis, analyse_cuts
 from graphcheck.analysis.export import export_model
-from graphcheck.analysis.lengths import MAX_PROGRAMS, Coverage, example_tokens, first_gap
+from graphcheck.analysis.lengths import (
+    MAX_PROGRAMS,
+    MAX_TRACED,
+    Coverage,
+    example_tokens,
+    first_gap,
+)
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
@@ -314,10 +320,13 @@ class Explorer:
             return []
         spans, found = [span], []
         while len(spans) < MAX_PROGRAMS and (gap := first_gap(spans)) is not None:
+            if example_tokens(gap) > MAX_TRACED:
+                self._uncovered = f"past the {MAX_TRACED} tokens graphcheck traces a batch of"
+                break
             try:  # too few tokens for as many documents, or the model does not run there
                 case = self._case(example_tokens(gap))
                 covered = case.program.exported.span
-            except GraphcheckError as err:  # the gap stays
+            except Exception as err:  # whatever stops the trace, the gap stays GC403
                 self._uncovered = f"traced on T = {example_tokens(gap)}, {_first_line(err)}"
                 break
             if covered is None or not covered.contains(example_tokens(gap)):

@@ -134,9 +134,10 @@ def test_flex_attention_full_blocks_proven(name):
 
 def _verified_alone(name: str, command: str, *flags: str) -> dict:
     """``graphcheck COMMAND --format json`` in a process of its own: run after other tests in
-    one pytest worker, llama3_flex was once exported without its T <= 128 guard (its stage
-    programs then differing, GC301), which no single process reproduced; the claim here
-    is about the export of a fresh process, as a user's run is."""
+    one pytest worker, the flex models' stage programs have been seen to differ from the
+    uncut program (GC301; llama3_flex once exported without its T <= 128 guard), which no
+    fresh process reproduces; the claim here is about the export of a fresh process, as a
+    user's run is. The cause (state an earlier compile leaves in the process) is open."""
     model = spec(f"torchtitan_models:{name}")
     done = subprocess.run([sys.executable, "-m", "graphcheck", command, model, *flags,
                            "--format", "json"], capture_output=True, text=True, timeout=1200,
@@ -152,9 +153,10 @@ def _verified_alone(name: str, command: str, *flags: str) -> dict:
 def test_flex_gate_isolates_documents(name, docs):
     """The gate runs flex attention as the block-sparse kernels do (full blocks whole):
     equal bytes, documents isolated bit for bit, on the default 256 tokens (the program
-    for T >= 129) and, for llama3, on 120 (the program for T <= 128, one block)."""
-    result = gate(spec(f"torchtitan_models:{name}"), [1], **({"docs": docs} if docs else {}))
-    data = result.as_dict()
+    for T >= 129) and, for llama3, on 120 (the program for T <= 128, one block). In a
+    process of its own, as ``_verified_alone`` says why."""
+    flags = ["--cuts", "1", *(["--docs", ",".join(map(str, docs))] if docs else [])]
+    data = _verified_alone(name, "gate", *flags)
     assert (data["bytes"]["status"], data["isolation"]["status"]) == ("equal", "bitwise")
     assert (data["static"]["verdict"], data["agrees"]) == ("pass", True)
 
@@ -182,12 +184,12 @@ def test_gpt_oss_flex_proven_in_two_programs():
     mask and the sliding-window one, each layer picking its own by name), rebuilt inside
     the program. Both mask_mods are proven, and both BlockMasks' full blocks, in both
     programs of llama3_flex's split of T at one block: PASS, every boundary legal."""
-    report = _verified("gpt_oss_flex")
-    assert (report.verdict, report.codes) == ("pass", {"GC404"})
-    assert _ranges(report.tokens["programs"]) == ONE_BLOCK
-    _staged_by_torchtitan(report)
-    mapped = api.cut_map(spec("torchtitan_models:gpt_oss_flex"))
-    assert mapped.legal_cuts() == [0, 1, 2]
+    report = _verified_alone("gpt_oss_flex", "verify", "--cuts", "1")
+    assert (report["verdict"], {d["code"] for d in report["diagnostics"]}) == ("pass", {"GC404"})
+    assert _ranges(report["tokens"]["programs"]) == ONE_BLOCK
+    proof = report["stage_programs"]
+    assert (proof["proven"], proof["builder"], len(proof["stages"])) == (True, "torchtitan", 2)
+    assert _verified_alone("gpt_oss_flex", "map")["legal_cuts"] == [0, 1, 2]
 
 
 @pytest.mark.parametrize(

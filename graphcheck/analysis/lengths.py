@@ -11,9 +11,11 @@ length; together they are, when their ranges cover every T.
 graphcheck exports each side: it traces an example from the first range no program
 holds for yet, reads the range the new program holds for (its range constraints),
 and repeats until the ranges cover every T from the declared lowest, or
-:data:`MAX_PROGRAMS` programs were exported. Each program is proven as the first one
-is (cuts, rules, stage programs); the verdict holds for every T only when every program
-passes and the ranges leave no gap (otherwise GC403 stays).
+:data:`MAX_PROGRAMS` programs were exported, or the gap starts past :data:`MAX_TRACED`
+tokens (a range export ends near 2**63 for a data-dependent size: no batch is traced
+there). Each program is proven as the first one is (cuts, rules, stage programs); the
+verdict holds for every T only when every program passes and the ranges leave no gap
+(otherwise GC403 stays).
 
 >>> spans = [Span(2, 128)]
 >>> first_gap(spans), example_tokens(first_gap(spans))
@@ -35,9 +37,18 @@ from torch.utils._sympy.numbers import int_oo
 
 from graphcheck.varlen import rows
 
-__all__ = ["MAX_PROGRAMS", "Coverage", "Span", "example_tokens", "first_gap", "token_span"]
+__all__ = [
+    "MAX_PROGRAMS",
+    "MAX_TRACED",
+    "Coverage",
+    "Span",
+    "example_tokens",
+    "first_gap",
+    "token_span",
+]
 
 MAX_PROGRAMS = 4  # the programs exported for one model: the first and three more cases
+MAX_TRACED = 1 << 24  # no example longer than this is traced: past any batch a trainer packs
 
 
 @dataclass(frozen=True, slots=True)
