@@ -320,17 +320,18 @@ class Explorer:
             return []
         spans, found = [span], []
         while len(spans) < MAX_PROGRAMS and (gap := first_gap(spans)) is not None:
-            if example_tokens(gap) > MAX_TRACED:
+            tokens = example_tokens(gap, len(self.session.batch.docs))
+            if tokens > MAX_TRACED:
                 self._uncovered = f"past the {MAX_TRACED} tokens graphcheck traces a batch of"
                 break
             try:  # too few tokens for as many documents, or the model does not run there
-                case = self._case(example_tokens(gap))
+                case = self._case(tokens)
                 covered = case.program.exported.span
             except Exception as err:  # whatever stops the trace, the gap stays GC403
-                self._uncovered = f"traced on T = {example_tokens(gap)}, {_first_line(err)}"
+                self._uncovered = f"traced on T = {tokens}, {_first_line(err)}"
                 break
-            if covered is None or not covered.contains(example_tokens(gap)):
-                self._uncovered = f"traced on T = {example_tokens(gap)}, T is not symbolic"
+            if covered is None or not covered.contains(tokens):
+                self._uncovered = f"traced on T = {tokens}, T is not symbolic"
                 break  # the case does not hold where it was traced: the gap stays GC403
             spans.append(covered)
             found.append(case)

@@ -76,16 +76,30 @@ def _nodes(report) -> set[str]:
     return {d.node for d in _first_layer(report) if d.code == "GC401"}
 
 
-def test_a_chunked_scan_reset_within_chunks_is_proven_up_to_the_carry():
-    # padded behind by a symbolic width, viewed [T/C, C, D]: no finding of its own; the
-    # within-chunk decay matrix masked by the padded document ids of both sides: proven;
-    # each chunk's end state and the carry between chunks: not followed, fail closed
-    for name in ("chunked_scan", "chunked_scan_carry"):
-        report = _report(name)
-        assert report.verdict == "fail" and "GC401" in report.codes
-        nodes = _nodes(report)
-        assert "matmul" not in nodes and nodes & {"select_4", "slice_14", "slice_19"}, nodes
-        assert not {n for n in nodes if n.startswith(("pad", "view", "reshape"))}, nodes
+def test_a_chunked_scan_reset_at_document_starts_is_proven_in_every_length_case():
+    # padded behind by a symbolic width, viewed [T/C, C, D]; the within-chunk decay masked
+    # by the padded ids of both sides; each chunk's end state on its last token's document;
+    # the carry masked to chunks whose last and first tokens share a document; the state
+    # entering a chunk masked to the places in its first token's document. T <= 8 (one
+    # chunk) is a program of its own, traced on 6 tokens for the 3 documents
+    report = _report("chunked_scan")
+    assert (report.verdict, report.codes) == ("pass", set())
+    programs = [(p["min"], p["max"], sum(p["example"])) for p in report.tokens["programs"]]
+    assert programs == [(9, None, 29), (2, 8, 6)] and report.tokens["complete"], report.tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "node", "says"),
+    [
+        ("chunked_scan_carry", "matmul_1", "sums over the token dimension without a document"),
+        ("chunked_scan_into", "mul_13", "on every place of the chunk without a mask"),
+    ],
+)
+def test_a_chunked_scan_carry_not_reset_is_gc401_at_the_carry(name, node, says):
+    report = _report(name)
+    assert report.verdict == "fail" and report.codes == {"GC401"}
+    (found,) = _first_layer(report)
+    assert found.node == node and says in found.message
 
 
 def test_a_chunked_scan_not_reset_within_chunks_is_gc401_at_the_matmul():
@@ -139,6 +153,7 @@ GATED = [
     ("chunked_scan_carry", False),
     ("chunked_scan_within", False),
     ("chunked_scan_front", True),
+    ("chunked_scan_into", False),
 ]
 
 
@@ -148,5 +163,5 @@ def test_gate_agrees_with_the_static_verdict(name, isolated):
     gate = Gate(spec(fixture), explorer=explorer(fixture))
     gated = gate.run([2], docs=(23, 9, 31, 4), mode="graph")
     assert gated.isolation.holds is isolated, gated.isolation
-    proven = not name.startswith("chunked_scan")  # the carry between chunks: fail closed
+    proven = name != "chunked_scan_front"  # a pad in front by a symbolic width: fail closed
     assert gated.static_verdict == ("pass" if isolated and proven else "fail")

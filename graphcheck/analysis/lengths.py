@@ -109,10 +109,16 @@ def first_gap(spans: Sequence[Span], lowest: int = 2) -> Span | None:
     return Span(at, None)
 
 
-def example_tokens(gap: Span) -> int:
-    """A T to trace ``gap`` with: two past its start where the gap allows (a length
-    equal to a block size or another model dim could be taken for that dim)."""
-    return gap.lo + 2 if gap.hi is None or gap.lo + 2 <= gap.hi else gap.lo
+def example_tokens(gap: Span, documents: int = 1) -> int:
+    """A T to trace ``gap`` with: two past its start (a length equal to a block size or
+    another model dim could be taken for that dim), and room for ``documents`` of 2
+    tokens, where the gap allows; else its start.
+
+    >>> example_tokens(Span(2, 8)), example_tokens(Span(2, 8), 3), example_tokens(Span(2, 5), 3)
+    (4, 6, 2)
+    """
+    tokens = max(gap.lo + 2, 2 * documents)
+    return tokens if gap.hi is None or tokens <= gap.hi else gap.lo
 
 
 def token_span(program: ExportedProgram, names: Sequence[str], hidden: int = 1) -> Span | None:

@@ -10,6 +10,8 @@
   :mod:`~graphcheck.analysis.locality.views`, ...), each saying what it assumes;
 * :mod:`~graphcheck.analysis.locality.rows` - row labels (where gathered, sorted,
   split or repeated rows came from);
+* :mod:`~graphcheck.analysis.locality.chunks` - chunked token axes (T padded behind,
+  split into chunks, one token per chunk standing for it);
 * :mod:`~graphcheck.analysis.locality.obligations` - the flex attention masks, proven
   by an SMT solver;
 * :mod:`~graphcheck.analysis.locality.transfer` - the dispatch (the abstract value of

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from graphcheck.analysis.locality import chunks
 from graphcheck.analysis.locality.domain import (
     Dep,
     Fill,
@@ -66,7 +67,7 @@ def sdpa(interp: Interp, node: torch.fx.Node):
     n = len(mask.toks) if mask is not None else 0
     proven = (
         g is not None and g.fill in (Fill.ZERO, Fill.NEGINF) and {g.row, g.col} == {n - 2, n - 1}
-    )
+    ) and not chunks.place_guard(mask)
     why = "attention without a document mask (is_causal, or a mask that does not separate "
     why += "documents)"
     data = [bound.get("query"), bound.get("key"), bound.get("value"), bound.get("attn_mask")]

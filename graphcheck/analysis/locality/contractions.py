@@ -13,6 +13,7 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.locality import chunks
 from graphcheck.analysis.locality.domain import (
     Dep,
     Fill,
@@ -24,6 +25,7 @@ from graphcheck.analysis.locality.domain import (
     bind,
     carry,
     has_tokens,
+    is_wildcard,
     meta_toks,
     ndim_of,
     unknown,
@@ -115,14 +117,24 @@ def _bias(node: torch.fx.Node) -> list:
     return []
 
 
-def _einsum(interp, node, vals: list[Val], letters: list[str], out: str) -> Val:
+def _lined_up(vals: list[Val], letters: list[str], skip_wildcards: bool) -> dict | None:
+    """The token dim of each letter (``None``: two operands disagree on one)."""
     tok_of: dict[str, Tok] = {}
     for val, ls in zip(vals, letters, strict=True):
+        if skip_wildcards and is_wildcard(val):
+            continue  # reads no token: lines up with any token dim
         for letter, tok in zip(ls, val.toks, strict=True):
-            if tok is None:
-                continue
-            if tok_of.setdefault(letter, tok) != tok:
-                return interp.leak(node, "contracts tensors whose token dimensions do not line up")
+            if tok is not None and tok_of.setdefault(letter, tok) != tok:
+                return None
+    return tok_of
+
+
+def _einsum(interp, node, vals: list[Val], letters: list[str], out: str) -> Val:
+    tok_of = _lined_up(vals, letters, False) or _lined_up(vals, letters, True)
+    if tok_of is None:
+        if (earlier := interp.passed_on(node, vals)) is not None:
+            return earlier
+        return interp.leak(node, "contracts tensors whose token dimensions do not line up")
     summed = [letter for letter in tok_of if letter not in out]
     toks = tuple(tok_of.get(letter) for letter in out)
     if summed and (earlier := interp.passed_on(node, vals)) is not None:
@@ -142,7 +154,7 @@ def _masked(vals: list[Val], letters: list[str], summed: str, out: str) -> bool:
         return False
     for val, ls in zip(vals, letters, strict=True):
         g = val.guard
-        if g is None or g.fill != Fill.ZERO:
+        if g is None or g.fill != Fill.ZERO or chunks.place_guard(val):
             continue
         pair = {ls[g.row], ls[g.col]}
         if summed in pair and (pair - {summed}) <= set(out) and _one_chunk(vals, letters, val, ls):
@@ -164,6 +176,8 @@ def _kept_guard(vals: list[Val], letters: list[str], out: str) -> Pair | None:
     for val, ls in zip(vals, letters, strict=True):
         g = val.guard
         if g is None or g.fill != Fill.ZERO or ls[g.row] not in out or ls[g.col] not in out:
+            continue
+        if chunks.place_guard(val):
             continue
         if _one_chunk(vals, letters, val, ls) and {ls[d] for d in val.token_dims} <= set(out):
             return Pair(out.index(ls[g.row]), out.index(ls[g.col]), Fill.ZERO)

@@ -36,6 +36,7 @@ import torch.fx
 
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.layout_terms import TOKEN, substitute, term_of
+from graphcheck.analysis.locality.chunks import padded
 from graphcheck.analysis.locality.domain import (
     Dep,
     Interp,
@@ -98,7 +99,8 @@ def pad(interp: Interp, node: torch.fx.Node, src: Val, dim: int) -> Val | None:
         return None
     if before == 0 and src.shift is None:  # padded behind (leaking or not): no token moves
         kind = _separating(src, bind(node).get("value") or 0)
-        return src.with_(toks=meta_toks(node.meta.get("val"), interp.tokens), kind=kind,
+        toks = padded(src, dim, meta_toks(node.meta.get("val"), interp.tokens))
+        return src.with_(toks=toks, kind=kind,
                          ref=node if kind else None, extra=None, guard=None, tri=None,
                          shift=(dim, 0, node, 0))  # fmt: skip
     why = f"`{op_name(node.target)}` pads the token dimension by {before} in front: "

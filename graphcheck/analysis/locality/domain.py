@@ -45,6 +45,7 @@ __all__ = [
     "carry",
     "has_tokens",
     "is_length",
+    "is_wildcard",
     "is_one",
     "meta_toks",
     "ndim_of",
@@ -112,25 +113,39 @@ class Kind(StrEnum):
     LAYOUT = "a function of the batch layout"  # extra: its term (layout_terms)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Tok:
     """A token dimension: ``axis`` ``"T"`` (packed order), ``"P:<sort>"`` (rows in the
     order of a sort) or ``"G:<nonzero>"`` (rows a selection picked); ``inner`` elements
-    per token (``None``: the mapping to tokens is unknown)."""
+    per token (``None``: the mapping to tokens is unknown).
+
+    ``"T+"`` is T padded behind (element ``t`` is token ``t`` for ``t < T``, a fill
+    after); a split of an axis into chunks tags the chunk index ``<axis>@0/2`` and the
+    place in the chunk ``<axis>@1/2``. ``rep``: on a chunk index, the element stands for
+    the token at place ``rep`` of its chunk (one place picked out of every chunk: its
+    first or last token), which is what its dependency is relative to."""
 
     axis: str
     inner: int | None = 1
+    rep: int | None = None
+
+    def __repr__(self) -> str:
+        rep = "" if self.rep is None else f", rep={self.rep}"
+        return f"Tok(axis={self.axis!r}, inner={self.inner!r}{rep})"
 
 
 @dataclass(frozen=True, slots=True)
 class Pair:
     """A relation between two token dimensions: ``fill`` outside it. For a guard the
-    relation is "same document"; for a triangle it is ``row - col >= k``."""
+    relation is "same document"; for a triangle it is ``row - col >= k``. ``rep`` (a
+    guard only): ``col`` is a chunk index and the relation is with the token at place
+    ``rep`` of the chunk, ``row`` a place in the same chunk."""
 
     row: int
     col: int
     fill: Fill
     k: int = 0
+    rep: int | None = None
 
     def moved(self, mapping: dict[int, int]) -> Pair | None:
         if self.row not in mapping or self.col not in mapping:
@@ -323,14 +338,17 @@ def node_vals(interp: Interp, node: torch.fx.Node) -> list[Val]:
     return [v for a in node.all_input_nodes if (v := interp.val(a)) is not None]
 
 
-def align(interp: Interp, node: torch.fx.Node, operands) -> tuple | None:
+def align(interp: Interp, node: torch.fx.Node, operands, skip=()) -> tuple | None:
     """Output token dims of a broadcasting op; ``None`` when two operands put different
-    token dimensions on one output dimension (tokens would meet other tokens)."""
+    token dimensions on one output dimension (tokens would meet other tokens). The
+    operands in ``skip`` (:func:`is_wildcard`) place no token dim."""
     out = shape_of(node)
     if out is None:
         return None
     toks: list[Tok | None] = [None] * len(out)
     for arg in operands:
+        if any(arg is s for s in skip):
+            continue
         val, shape = interp.val(arg), shape_of(arg)
         if val is None or shape is None or len(val.toks) != len(shape):
             continue
@@ -343,6 +361,17 @@ def align(interp: Interp, node: torch.fx.Node, operands) -> tuple | None:
                 return None
             toks[i + offset] = tok
     return tuple(toks)
+
+
+def is_wildcard(val: Val | None) -> bool:
+    """A value that holds no token's data and whose dims over sizes computed from T
+    have no known mapping to tokens (``arange(ceil(T / C))``, a constant mask expanded
+    to ``[T // C, C, C]``): it reads no token, so it lines up with any token dim."""
+    if val is None or val.dep != Dep.NONE or val.leaks or val.guard is not None:
+        return False
+    if val.kind not in (None, Kind.INDEX) or val.shift is not None:
+        return False
+    return bool(val.token_dims) and all(t.inner is None for t in val.toks if t is not None)
 
 
 def moved_pairs(val: Val, mapping: dict[int, int]) -> dict:

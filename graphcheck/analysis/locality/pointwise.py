@@ -13,6 +13,8 @@ that a mask at the document starts makes document-local.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.fx
 
@@ -24,6 +26,7 @@ from graphcheck.analysis.layout_terms import (
     shift_counterexample,
     term_of,
 )
+from graphcheck.analysis.locality import chunks
 from graphcheck.analysis.locality.domain import (
     Dep,
     Fill,
@@ -34,6 +37,7 @@ from graphcheck.analysis.locality.domain import (
     align,
     carry,
     is_one,
+    is_wildcard,
     ndim_of,
     shape_of,
     union,
@@ -207,16 +211,35 @@ def _base(node: torch.fx.Node) -> str:
 def pointwise(interp: Interp, node: torch.fx.Node) -> Val:
     """Element ``x`` of the result reads element ``x`` of each operand (broadcast)."""
     operands = [a for a in (*node.args, *node.kwargs.values()) if not isinstance(a, list)]
-    toks = align(interp, node, operands)
-    vals = [interp.val(a) for a in operands]
+    base, vals = _base(node), [interp.val(a) for a in operands]
+    if chunks.meets(interp, node, operands):  # representatives meet their chunks' places
+        if (chunked := chunks.anchored(interp, node, base, operands)) is not None:
+            return chunked
+        if (earlier := interp.passed_on(node, vals)) is not None:
+            return earlier
+        return interp.leak(node, chunks.UNMASKED)
+    else:
+        toks, wild = _aligned(interp, node, operands, vals)
+    if toks is None and (earlier := interp.passed_on(node, vals)) is not None:
+        return earlier  # already leaking: the earlier finding
     if toks is None:
         return interp.leak(node, "combines tensors whose token dimensions do not line up")
-    base = _base(node)
+    operands = [a for a in operands if not any(a is w for w in wild)] or operands
     result = Val(toks, **carry(vals))
     result = _relative(interp, node, base, operands, result)
     result = _pairs(interp, node, base, operands, result)
     result = _kind(interp, node, base, operands, result)
     return _shifted(interp, node, base, operands, result)
+
+
+def _aligned(interp, node, operands, vals) -> tuple:
+    """The result's token dims, and the operands that line up with anything (read no
+    token) when the others do not line up with them."""
+    toks = align(interp, node, operands)
+    if toks is not None:
+        return toks, []
+    wild = [a for a, v in zip(operands, vals, strict=True) if is_wildcard(v)]
+    return (align(interp, node, operands, skip=wild) if wild else None), wild
 
 
 def _shifted(interp, node, base: str, operands, result: Val) -> Val:
@@ -296,7 +319,8 @@ def _relative(interp, node, base: str, operands, result: Val) -> Val:
         return result
     a, b = (interp.val(t) for t in tensors)
     pa, pb = (_placed(interp, node, t) for t in tensors)
-    if a and b and a.absolute and b.absolute and len(pa) == len(pb) == 1 and pa != pb:
+    one_each = len(set(pa) - set(pb)) == len(set(pb) - set(pa)) == 1  # a chunk index shared
+    if a and b and a.absolute and b.absolute and len(pa) == len(pb) and one_each:
         return result.with_(absolute=frozenset())
     return result
 
@@ -309,8 +333,8 @@ def _outside(interp, node, arg, pair: Pair, which: str) -> Fill | str | None:
     mine = getattr(val, which, None) if val is not None else None
     if mine is not None:
         offset = ndim_of(node) - len(val.toks)
-        moved = Pair(mine.row + offset, mine.col + offset, mine.fill, mine.k)
-        if (moved.row, moved.col, moved.k) == (pair.row, pair.col, pair.k):
+        moved = replace(mine, row=mine.row + offset, col=mine.col + offset)
+        if (moved.row, moved.col, moved.k, moved.rep) == (pair.row, pair.col, pair.k, pair.rep):
             return moved.fill
     val_meta = arg.meta.get("val")
     if isinstance(val_meta, torch.Tensor) and val_meta.dtype == torch.bool:
@@ -339,7 +363,7 @@ def _pairs(interp, node, base: str, operands, result: Val) -> Val:
         if _created(interp, node, base, operands, which) is None:
             fills = [_outside(interp, node, a, pair, which) for a in operands]
             fill = _combine(base, fills, node)
-            pair = Pair(pair.row, pair.col, fill, pair.k) if isinstance(fill, Fill) else None
+            pair = replace(pair, fill=fill) if isinstance(fill, Fill) else None
         result = result.with_(**{which: pair})
     if result.guard is not None and result.dep == Dep.SPAN:
         result = result.with_(dep=Dep.DOC)  # a span between two tokens of one document
@@ -350,10 +374,19 @@ def _candidate(interp, node, operands, which: str) -> Pair | None:
     for arg in operands:
         val = interp.val(arg)
         pair = getattr(val, which, None) if val is not None else None
-        if pair is not None:
+        if pair is not None and not _broadcast(node, arg, pair):
             offset = ndim_of(node) - len(val.toks)
-            return Pair(pair.row + offset, pair.col + offset, pair.fill, pair.k)
+            return replace(pair, row=pair.row + offset, col=pair.col + offset)
     return None
+
+
+def _broadcast(node: torch.fx.Node, arg, pair: Pair) -> bool:
+    """One end of ``arg``'s ``pair`` is a size-1 dim broadcast in the result."""
+    shape, out = shape_of(arg), shape_of(node)
+    if shape is None or out is None:
+        return True
+    offset = len(out) - len(shape)
+    return any(is_one(shape[d]) and not is_one(out[d + offset]) for d in (pair.row, pair.col))
 
 
 def _created(interp, node, base: str, operands, which: str) -> Pair | None:

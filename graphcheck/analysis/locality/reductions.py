@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from graphcheck.analysis.locality import chunks
 from graphcheck.analysis.locality.domain import (
     Dep,
     Fill,
@@ -69,6 +70,11 @@ def _over_tokens(interp, node, src: Val, dims: list[int], keep: bool):
         return earlier.with_(toks=tuple(toks))
     guard = src.guard
     neutral = _GUARD_NEUTRAL.get(base)
+    if chunks.place_guard(src):  # the places of a chunk summed to its representative
+        summary = chunks.summarised(src, reduced, toks, left) if neutral == Fill.ZERO else None
+        if summary is not None:
+            return summary
+        return interp.leak(node, f"{base} over the token dimension without a document mask", toks)
     ok = len(reduced) == 1 and guard is not None and reduced[0] in (guard.row, guard.col)
     if ok and guard.fill == neutral and src.dep <= Dep.DOC:
         return Val(tuple(toks), **{**carry([src]), "dep": Dep.DOC})
@@ -185,6 +191,7 @@ def softmax(interp: Interp, node: torch.fx.Node) -> Val:
         return earlier
     guard = src.guard
     masked = guard is not None and guard.fill == Fill.NEGINF and dim in (guard.row, guard.col)
+    masked = masked and not chunks.place_guard(src)
     if masked and src.dep <= Dep.DOC and len(src.token_dims) == 2:
         return src.with_(dep=Dep.DOC, guard=Pair(guard.row, guard.col, Fill.ZERO), kind=None)
     return interp.leak(node, "softmax over the token dimension without a document mask")

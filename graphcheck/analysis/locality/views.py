@@ -19,7 +19,7 @@ import torch
 import torch.fx
 
 from graphcheck.analysis.layout_terms import substitute, term_of
-from graphcheck.analysis.locality import conv
+from graphcheck.analysis.locality import chunks, conv
 from graphcheck.analysis.locality.domain import (
     Interp,
     Kind,
@@ -213,6 +213,10 @@ def _map_group(src: Val, before, after, ins, outs, toks, mapping) -> None:
         toks[outs[0]] = src.toks[ins[0]]
         mapping[ins[0]] = outs[0]
         return
+    if len(tokens) == 1 and tokens[0].rep is not None:
+        for d in outs:  # a representative viewed apart: no known mapping
+            toks[d] = Tok(tokens[0].axis, None)
+        return
     if len(tokens) == 1 and len(ins) >= 1 and len(outs) >= 1:
         tok = tokens[0]
         last = max(d for d in ins if src.toks[d] is not None)
@@ -253,6 +257,8 @@ def _merged(src: Val, before, ins) -> Tok | None:
     followed by feature dims only, merges back into; ``None`` for any other merge."""
     dims = [d for d in ins if src.toks[d] is not None or _sym(before[d]) != 1]
     parts = [src.toks[d] for d in dims if src.toks[d] is not None]
+    if any(p.rep is not None for p in parts):
+        return None  # a chunk's representative does not merge back into its tokens
     if any(src.toks[d] is None for d in dims[: len(parts)]):
         return None  # a feature dim before a token part
     axis = parts[0].axis.rpartition("@")[0]
@@ -290,6 +296,9 @@ def select(interp: Interp, node: torch.fx.Node) -> Val:
     n = len(src.toks) if src else ndim_of(node) + 1
     dim = norm_dim(node.args[1], n)
     if src is not None and src.toks[dim] is not None:
+        shape = shape_of(node.args[0])
+        if one := chunks.pick(src, dim, node.args[2], shape[dim] if shape else None, False):
+            return one  # one place of every chunk: its representative
         if src.kind == Kind.SELECT:
             comps = src.extra or ()
             comp = comps[node.args[2]] if isinstance(node.args[2], int) else None
@@ -310,9 +319,13 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
     if src is not None and src.shift is not None and (cropped := conv.crop(interp, node)):
         return cropped  # a pad (or a conv) cropped back to T: a shift
     if src is not None and src.toks[dim] is not None and not _whole(bound, shape, dim):
+        if (one := _place(interp, node, src, (bound, shape, dim))) is not None:
+            return one  # x[:, r : r + 1] of the places of chunks, or x[:T] of T+
         picked = _layout_at(node, src, bound, dim)
         if picked is not None:
             return picked
+        if (earlier := interp.passed_on(node, [src])) is not None:
+            return earlier  # already leaking: the earlier finding
         return interp.leak(node, "slices the token dimension (shifts or drops tokens)")
     toks = src.toks if src else meta_toks(node.meta.get("val"), interp.tokens)
     result = _viewed(interp, node, {i: i for i in range(n)}, toks)
@@ -320,6 +333,21 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
         part = _cu_part(bound, shape, dim) if src.kind == Kind.CU else None
         result = result.with_(kind=Kind.CU_INNER if part else None, extra=part)
     return result
+
+
+def _place(interp: Interp, node: torch.fx.Node, src: Val, where: tuple) -> Val | None:
+    """``x[:, r : r + 1]`` of a chunk's places (its representative, keeping the dim), or
+    ``x[0 : T]`` of T padded behind (T again). ``where``: the slice's bound arguments,
+    the sliced shape and dim."""
+    bound, shape, dim = where
+    start, step = bound.get("start") or 0, bound.get("step", 1)
+    if step not in (1, None):
+        return None
+    out = shape_of(node)
+    width_one = out is not None and is_one(out[dim]) and type(start) is int
+    if width_one and shape is not None and (one := chunks.pick(src, dim, start, shape[dim], True)):
+        return one
+    return chunks.cropped(node, src, dim, start, interp)
 
 
 def _layout_at(node: torch.fx.Node, src: Val, bound: dict, dim: int) -> Val | None:
