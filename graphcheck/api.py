@@ -56,6 +56,7 @@ import functools
 import time
 from collections.abc import Sequence
 
+from graphcheck.analysis.agreement import first_difference
 from graphcheck.analysis.balance import balance
 from graphcheck.analysis.cost import DOC_LENGTH, Costs
 from graphcheck.analysis.cost import costs as layer_costs
@@ -251,6 +252,7 @@ class Explorer:
         self._setup = time.perf_counter() - start
         self._parent: Explorer | None = None  # a length case: the explorer it covers for
         self._uncovered: str | None = None  # why the length cases stop short of every T
+        self._differs: str | None = None  # where two length cases' programs differ
 
     @property
     def attention(self) -> dict | None:
@@ -335,6 +337,9 @@ class Explorer:
                 break  # the case does not hold where it was traced: the gap stays GC403
             spans.append(covered)
             found.append(case)
+            if (difference := self._disagrees(case, covered)) is not None:
+                self._differs = difference
+                break
         else:
             if len(spans) == MAX_PROGRAMS and first_gap(spans) is not None:
                 self._uncovered = f"the code branches on T more than {MAX_PROGRAMS} ways"
@@ -350,7 +355,16 @@ class Explorer:
             return None
         spans = (span, *(c.program.exported.span for c in self.cases))
         examples = tuple(e.session.batch.docs for e in (self, *self.cases))
-        return Coverage(spans, uncovered=self._uncovered, examples=examples)
+        return Coverage(spans, uncovered=self._uncovered, examples=examples, differs=self._differs)
+
+    def _disagrees(self, case: Explorer, covered) -> str | None:
+        """Where ``case``'s program computes differently from the first program: a
+        document's values would then depend on the packed length."""
+        difference = first_difference(self.program.graph, case.program.graph)
+        if difference is None:
+            return None
+        first = self.program.exported.span
+        return f"the programs for T {first} and T {covered} differ at {difference}"
 
     def _case(self, tokens: int) -> Explorer:
         """This model traced on ``tokens`` tokens in as many documents: another length

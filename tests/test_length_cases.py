@@ -35,8 +35,10 @@ def test_first_gap_walks_the_ranges_in_order():
     assert first_gap([Span(2, 10), Span(20, None)]) == Span(11, 19)
     assert first_gap([Span(5, None)], lowest=2) == Span(2, 4)
     assert (example_tokens(Span(11, 19)), example_tokens(Span(11, 12))) == (13, 11)
+    assert (example_tokens(Span(2, 8), 3), example_tokens(Span(2, 5), 3)) == (6, 2)
     assert Coverage((Span(2, 64), Span(65, None))).complete
     assert not Coverage((Span(2, 64), Span(66, None))).complete
+    assert not Coverage((Span(2, 64), Span(65, None)), differs="silu / tanh").complete
 
 
 def _guard(expr: str, lowest: int = 2, highest: int | None = None) -> bool:
@@ -71,26 +73,40 @@ def test_unbounded_ends_compare_above_every_length():
     assert not _guard("IntInfinity() == IntInfinity()")  # not translated: not discharged
 
 
-def test_both_sides_token_local_pass_in_two_programs():
-    report = _verified("branch_local")
+def test_both_sides_the_same_pass_in_two_programs():
+    report = _verified("branch_same")
     assert (report.verdict, report.codes) == ("pass", set())
     assert (report.tokens["programs"], report.tokens["complete"]) == (TWO, True)
     assert report.stage_proof.proven and len(report.stage_programs) == 2
+
+
+def test_sides_that_compute_differently_are_gc403_naming_the_op():
+    """Each side token-local and proven, but a document alone (short side) and packed
+    (long side) runs a SiLU in one and a tanh in the other: its bytes depend on the
+    lengths of the other documents."""
+    report = _verified("branch_local", stage_builder="none")
+    assert (report.verdict, report.codes, report.tokens["complete"]) == ("fail", {"GC403"}, False)
+    differs = "the programs for T 2..64 and T ≥ 65 differ at model.layers.0 (op "
+    for d in report.errors:
+        assert differs in d.message and "`aten.silu.default(%" in d.message
+        assert "`aten.tanh.default(%" in d.message and "depend on the packed length" in d.message
 
 
 def test_a_leak_on_the_side_the_example_does_not_take_is_found():
     """Before the length cases, the program of the example's side was the only one
     proven: the long side's mixing was out of sight (only GC403 said T was limited)."""
     report = _verified("branch_leaks_long", stage_builder="none")
-    assert (report.verdict, report.codes) == ("fail", {"GC401"})
-    assert all(d.message.endswith("(in the program for T ≥ 65)") for d in report.errors)
+    assert (report.verdict, report.codes) == ("fail", {"GC401", "GC403"})
+    leaks = [d for d in report.errors if d.code == "GC401"]
+    assert leaks and all(d.message.endswith("(in the program for T ≥ 65)") for d in leaks)
     assert api.cut_map(spec("length_cases:branch_leaks_long")).legal_cuts() == []
 
 
 def test_a_leak_on_the_example_side_is_the_first_programs():
     report = _verified("branch_leaks_short", stage_builder="none")
-    assert (report.verdict, report.codes) == ("fail", {"GC401"})
-    assert not any("(in the program for" in d.message for d in report.errors)
+    assert (report.verdict, report.codes) == ("fail", {"GC401", "GC403"})
+    leaks = [d for d in report.errors if d.code == "GC401"]
+    assert leaks and not any("(in the program for" in d.message for d in leaks)
 
 
 def test_more_branches_than_programs_leave_the_rest_unproven():
@@ -103,7 +119,7 @@ def test_more_branches_than_programs_leave_the_rest_unproven():
 
 
 def test_the_text_report_names_the_programs():
-    command = [sys.executable, "-m", "graphcheck", "verify", spec("length_cases:branch_local")]
+    command = [sys.executable, "-m", "graphcheck", "verify", spec("length_cases:branch_same")]
     done = subprocess.run(
         [*command, "--cuts", "2", "--stage-builder", "none"],
         capture_output=True, text=True, timeout=600, check=False,
@@ -116,6 +132,7 @@ def test_the_text_report_names_the_programs():
 @pytest.mark.parametrize(
     ("name", "docs", "isolation"),
     [
+        ("branch_same", None, "bitwise"),
         ("branch_local", None, "bitwise"),
         ("branch_leaks_long", None, "fail"),  # 256 tokens: the long side, which leaks
         ("branch_leaks_short", None, "bitwise"),  # 256 tokens: the long side, local

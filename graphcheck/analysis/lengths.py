@@ -77,6 +77,7 @@ class Coverage:
     lowest: int = 2
     uncovered: str | None = None  # why no program holds for the first gap (GC403 says it)
     examples: tuple[tuple[int, ...], ...] = ()  # the document lengths each was traced on
+    differs: str | None = None  # where two programs compute differently (GC403 says it)
 
     def as_dicts(self) -> list[dict]:
         """Each program's range and example, for reports."""
@@ -88,8 +89,9 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
-        """Every T from ``lowest`` on lies in some program's range."""
-        return first_gap(self.spans, self.lowest) is None
+        """Every T from ``lowest`` on lies in some program's range, and the programs
+        agree (:mod:`graphcheck.analysis.agreement`)."""
+        return first_gap(self.spans, self.lowest) is None and self.differs is None
 
     @property
     def split(self) -> bool:

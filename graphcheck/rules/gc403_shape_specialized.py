@@ -5,6 +5,12 @@ What it checks
     the max lengths: no input dim became a constant, and export added no guard
     on them (``T % 64 == 0``, ``T >= 17``, a runtime assert).
 
+    Code that branches on T is exported once per branch (length cases); the range
+    each program holds for is no finding when the ranges cover every T and the
+    programs agree op by op but for flex attention's block tables
+    (``graphcheck.analysis.agreement``): a document alone and the same document
+    packed with others would otherwise run different code.
+
     A guard export could not simplify but that holds for every length is not a
     finding: Llama 4's MoE makes export guard ``T*min(64, 64*T) == 64*T``, and the SMT
     solver proves it for every T in the declared range, so the program is generic
@@ -85,6 +91,11 @@ def _uncovered(lengths) -> str:
     ways than graphcheck exports)."""
     if lengths is None or lengths.complete:
         return ""
+    if lengths.differs is not None:
+        return (
+            f"; {lengths.differs}: a document's values would depend on the packed length "
+            "(the lengths of the other documents), so no program is a proof for every T"
+        )
     gap = first_gap(lengths.spans, lengths.lowest)
     why = f" ({lengths.uncovered})" if lengths.uncovered else ""
     return f"; no program holds for T {gap}{why}"
