@@ -19,7 +19,7 @@ from harness import explorer, spec
 from graphcheck.analysis.locality import Kind
 from graphcheck.analysis.locality.obligations import Buffer, Verdict, judge_mask
 
-LEGAL = ["doc_causal", "offsets_causal", "doc_window", "pos_causal"]
+LEGAL = ["doc_causal", "offsets_causal", "doc_window", "pos_causal", "doc_pos_chunks"]
 MIXING = ["pos_order", "causal", "offsets_previous"]
 WORDS = re.compile(
     r"the query at token (\d+), in document (\d+) of (\d+) tokens? \(tokens (\d+)\.\.(\d+)\) "
@@ -59,6 +59,34 @@ def test_one_export_one_layer_proven_and_one_refuted():
     found = [d for d in report.diagnostics if d.code == "GC401"]
     assert report.codes == {"GC401"} and {d.layer for d in found} == {1}
     assert all(WORDS.search(d.message) for d in found)
+
+
+MOVED = re.compile(
+    r"document (\d+) of (\d+) tokens starts at token (\d+): packed, the mask (takes|does not "
+    r"take) the query at token (\d+) and the key at token (\d+); the document alone (does not|"
+    r"does) \(query (\d+), key (\d+)\)"
+)
+
+
+def test_chunks_of_the_packed_row_are_gc402_with_the_moved_pair():
+    """Documents stay apart, but the chunk boundaries sit at multiples of CHUNK of the
+    row: the counterexample is a pair of one document the mask takes packed and not
+    alone (or back), and it really is one (the same mask evaluated by hand)."""
+    CHUNK = 6  # fixtures/flex_masks.py
+
+    report = _report("doc_row_chunks")
+    assert report.codes == {"GC402"}
+    found = [d for d in report.diagnostics if d.code == "GC402"]
+    assert {d.layer for d in found} == {0, 1} and all(
+        d.node.startswith("flex_attention") for d in found
+    )
+    match = MOVED.search(found[0].message)
+    assert match, found[0].message
+    _doc, size, start, packed, q, kv, _alone, q1, kv1 = match.groups()
+    size, start, q, kv, q1, kv1 = map(int, (size, start, q, kv, q1, kv1))
+    assert start <= kv <= q < start + size and (q1, kv1) == (q - start, kv - start)
+    assert (q // CHUNK == kv // CHUNK) is (packed == "takes")
+    assert (q1 // CHUNK == kv1 // CHUNK) is (packed != "takes")
 
 
 def test_the_causal_counterexample_is_a_query_reading_an_earlier_document():
@@ -129,6 +157,26 @@ def test_solver_fails_closed_on_an_op_it_does_not_translate():
     assert judged.verdict == Verdict.UNKNOWN and "aten.mul.Tensor" in judged.detail
 
 
+def _chunks(read):
+    """Document equality and ``read(q) // 6 == read(kv) // 6``: chunks of the packed
+    row (``read`` the index itself) or of the positions (``read`` a lookup)."""
+
+    def body(graph, q, kv, bufs):
+        ends = [read(graph, t, bufs) for t in (q, kv)]
+        chunk = [_call(graph, ATEN.floor_divide.default, e, 6) for e in ends]
+        same_chunk = _call(graph, ATEN.eq.Tensor, *chunk)
+        return _call(graph, ATEN.logical_and.default, _same_doc(graph, q, kv, bufs), same_chunk)
+
+    return body
+
+
+def test_solver_tells_chunks_of_the_row_from_chunks_of_positions():
+    by_index = judge_mask(_mask(_chunks(lambda g, t, bufs: t)), [DOC])
+    assert by_index.verdict == Verdict.MOVES and MOVED.search(by_index.detail)
+    positions = _chunks(lambda g, t, bufs: _call(g, ATEN.index.Tensor, bufs[1], [t]))
+    assert judge_mask(_mask(positions, buffers=2), [DOC, POS]).verdict == Verdict.PROVEN
+
+
 def test_solver_document_ids_of_unknown_shift_still_compare():
     def body(graph, q, kv, bufs):
         return _same_doc(graph, q, kv, bufs)
@@ -140,7 +188,15 @@ def test_solver_document_ids_of_unknown_shift_still_compare():
 # --- ground truth: the gate runs the packed batch against each document alone -------------
 
 
-@pytest.mark.parametrize(("name", "verdict"), [("offsets_causal", "pass"), ("pos_order", "fail")])
+@pytest.mark.parametrize(
+    ("name", "verdict"),
+    [
+        ("offsets_causal", "pass"),
+        ("pos_order", "fail"),
+        ("doc_row_chunks", "fail"),
+        ("doc_pos_chunks", "pass"),
+    ],
+)
 def test_the_gate_agrees(name, verdict):
     from graphcheck.gate import Gate
 

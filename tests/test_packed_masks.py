@@ -19,7 +19,9 @@ def _report(name: str):
     return explorer(f"packed_masks:{name}").verify([2], stage_builder=NO_STAGES)
 
 
-@pytest.mark.parametrize("name", ["packed_ids", "start_ids", "every_token_apart"])
+@pytest.mark.parametrize(
+    "name", ["packed_ids", "start_ids", "every_token_apart", "chunks_of_positions"]
+)
 def test_masks_from_document_counts_pass(name):
     report = _report(name)
     assert (report.verdict, report.codes) == ("pass", set())
@@ -37,6 +39,15 @@ def test_masks_that_let_documents_meet_are_gc401(name, first):
     assert all("attention without a document mask" in d.message for d in at_attention)
     earlier = [d for d in report.errors if d not in at_attention]
     assert [d.node for d in earlier] == ([first] if first else [])
+
+
+def test_chunks_of_the_packed_row_are_gc402_at_the_index():
+    """``q_idx // C == kv_idx // C`` (transformers' chunked_overlay) keeps documents
+    apart, but is not a difference of two indices: the arange stays absolute."""
+    report = _report("chunks_of_the_row")
+    assert (report.verdict, report.codes) == ("fail", {"GC402"})
+    assert {d.node for d in report.errors} == {"arange_1", "arange_2"}
+    assert all("a document alone does not repeat" in d.message for d in report.errors)
 
 
 def test_a_prefix_sum_that_misses_starts_names_the_counterexample():
@@ -68,7 +79,13 @@ def test_what_a_prefix_sum_counts_is_decided_by_the_solver(term, shift, separate
 
 @pytest.mark.parametrize(
     ("name", "isolated"),
-    [("packed_ids", True), ("every_token_apart", True), ("missed_starts", False)],
+    [
+        ("packed_ids", True),
+        ("every_token_apart", True),
+        ("missed_starts", False),
+        ("chunks_of_the_row", False),  # the shift test moves chunk boundaries
+        ("chunks_of_positions", True),
+    ],
 )
 def test_gate_agrees_with_the_static_verdict(name, isolated):
     fixture = f"packed_masks:{name}"

@@ -7,8 +7,13 @@ What it checks
     T, a prefix count over T (``ones(T).cumsum(0)``), the packed length itself,
     ``cu_seq_lens`` offsets and document ids. They may only be index
     bookkeeping (a permutation and its inverse, a selection) or be compared
-    across two tokens, which is translation invariant (a causal mask
-    ``i >= j``, a document mask ``doc[i] == doc[j]``).
+    across two tokens where the comparison is translation invariant: both
+    sides the index plus a constant (a causal mask ``i >= j``, a window
+    ``i - j < W``) or both one labelling of the documents (``doc[i] ==
+    doc[j]``). Chunks of the packed row (``i // C == j // C``) are not: a
+    document's chunk boundaries move with its offset. A FlexAttention
+    ``mask_mod`` is proven the same for a document packed and alone by the
+    solver, with the counterexample when it is not.
 
 Why it matters
     In a packed batch, token ``t`` of the row is not at position ``t`` of its

@@ -106,7 +106,7 @@ def _flex(interp: Interp, node: torch.fx.Node):
     data = [interp.val(a) for a in (q, k, v, *buffers) if isinstance(a, torch.fx.Node)]
     batch = (shape_of(q) or (None,))[0]
     judged = _judged(interp, mask_mod, list(buffers), batch if type(batch) is int else None)
-    proven = judged.verdict == Verdict.PROVEN
+    proven = judged.verdict in (Verdict.PROVEN, Verdict.MOVES)
     why = _full_blocks(interp, block_mask, mask_mod, list(buffers)) if proven else None
     if why is not None:
         return _leaked(interp, node, why, data)
@@ -118,6 +118,10 @@ def _flex(interp: Interp, node: torch.fx.Node):
     else:
         qkv = [interp.val(a) for a in (q, k, v)]  # the proven mask only compares its buffers
         absolute = carry(qkv)["absolute"]
+        if judged.verdict == Verdict.MOVES:  # apart, but not as the document alone
+            absolute |= interp.fabricate(node, f"flex attention whose mask_mod takes other "
+                                         f"pairs of a document packed than alone ("
+                                         f"{judged.detail})")  # fmt: skip
         deps = {**carry(data), "dep": Dep.DOC, "absolute": absolute}
         result = Val(meta_toks(val[0], interp.tokens), **deps)
     return tuple(result for _ in val) if isinstance(val, tuple | list) else result

@@ -20,7 +20,12 @@ The obligation is ``0 <= q, kv < T and doc(q) != doc(kv) => not mask(q, kv)``: t
 solver is asked for a model of its negation. None: the mask is document-local
 (:attr:`Verdict.PROVEN`); a model is a counterexample, the documents and the two tokens
 (:attr:`Verdict.REFUTED`); an op outside the translation fails closed
-(:attr:`Verdict.UNKNOWN`). Verdicts are cached by the translated term, so the identical
+(:attr:`Verdict.UNKNOWN`). A mask that keeps documents apart must also take the same
+pairs of a document wherever it sits: over the packed row and over a row of that
+document alone (``N = 1``, the tokens moved by ``cu(d)``), the mask agrees
+(:attr:`Verdict.MOVES` with the counterexample when not: chunks of the packed row,
+whose boundaries move with the document's offset). Verdicts are cached by the
+translated term, so the identical
 masks of many layers are solved once. z3 is imported only when a mask is judged.
 
 Integer arithmetic is unbounded (no int32 overflow) and the axioms are instantiated at
@@ -47,6 +52,7 @@ class Verdict(StrEnum):
     PROVEN = "proven"
     REFUTED = "refuted"
     UNKNOWN = "not understood"
+    MOVES = "documents apart, but a document's mask moves with its offset"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +109,41 @@ def judge_mask(
         term = z3.And(term, b >= 0, b < batch)  # the batch index ranges over the batch
     key = term.sexpr()
     if key not in _CACHE:
-        _CACHE[key] = layout.judge(term)
+        judged = layout.judge(term)
+        if judged.verdict == Verdict.PROVEN:
+            judged = _alone(z3, mask_mod, buffers, batch)
+        _CACHE[key] = judged
     return _CACHE[key]
+
+
+def _alone(z3, mask_mod: torch.fx.GraphModule, buffers: list[Buffer], batch) -> Judgement:
+    """Whether the mask takes the same pairs of one document packed and alone: for
+    ``q``, ``kv`` of document ``d`` starting at ``cu(d)``, the mask over the packed row
+    equals the mask over a row of that one document at ``q - cu(d)``, ``kv - cu(d)``
+    (:attr:`Verdict.MOVES` with the counterexample when it does not: chunks of the
+    packed row, ``q // C == kv // C``)."""
+    packed, alone = _Layout(z3), _Layout(z3, prefix="alone_")
+    try:
+        there = _Translation(z3, packed, buffers).run(mask_mod)
+        here = _Translation(z3, alone, buffers).run(mask_mod)
+    except NotUnderstood as err:
+        return Judgement(Verdict.UNKNOWN, str(err))
+    d = packed.doc_of(packed.q)
+    start, end = packed.cu_at(d), packed.cu_at(d + 1)
+    facts = [d == packed.doc_of(packed.kv), alone.N == 1, end - start == alone.T]
+    facts += [alone.q == packed.q - start, alone.kv == packed.kv - start, there != here]
+    if batch is not None:
+        b = z3.Int("b")
+        facts += [b >= 0, b < batch]
+    solver = z3.Optimize()
+    solver.add(*packed.axioms(), *alone.axioms(), *facts)
+    solver.minimize(packed.T)
+    found = solver.check()
+    if found == z3.unsat:
+        return Judgement(Verdict.PROVEN)
+    if found != z3.sat:
+        return Judgement(Verdict.UNKNOWN, f"the solver answered {found}")
+    return Judgement(Verdict.MOVES, packed.moved(solver.model(), there))
 
 
 def new_layout(z3) -> _Layout:
@@ -140,21 +179,24 @@ class _Layout:
     """The packed layout's symbols and the axioms instantiated at the terms used."""
 
     z3: object
+    prefix: str = ""  # names the symbols apart from another layout's
     reads: dict = field(default_factory=dict)  # name -> z3 function
 
     def __post_init__(self) -> None:
-        z = self.z3
-        self.T, self.N = z.Int("T"), z.Int("N")
-        self.q, self.kv = z.Int("q"), z.Int("kv")
-        self.cu = z.Function("cu", z.IntSort(), z.IntSort())
-        self.doc = z.Function("doc", z.IntSort(), z.IntSort())
+        z, p = self.z3, self.prefix
+        self.T, self.N = z.Int(f"{p}T"), z.Int(f"{p}N")
+        self.q, self.kv = z.Int(f"{p}q"), z.Int(f"{p}kv")
+        self.cu = z.Function(f"{p}cu", z.IntSort(), z.IntSort())
+        self.doc = z.Function(f"{p}doc", z.IntSort(), z.IntSort())
         self.docs: list = []  # the token terms doc() is applied to
         self.points: list = []  # the document terms cu() is applied to
 
     def free(self, name: str):
         """An unconstrained function of an index (one per buffer and range)."""
         if name not in self.reads:
-            self.reads[name] = self.z3.Function(name, self.z3.IntSort(), self.z3.IntSort())
+            self.reads[name] = self.z3.Function(
+                f"{self.prefix}{name}", self.z3.IntSort(), self.z3.IntSort()
+            )
         return self.reads[name]
 
     def cu_at(self, d):
@@ -210,6 +252,23 @@ class _Layout:
 
         return (f"with {value(self.N)} documents in {value(self.T)} tokens, the query at "
                 f"{where(self.q)} reads the key at {where(self.kv)}")  # fmt: skip
+
+    def moved(self, model, packed) -> str:
+        """The pair of one document the mask takes packed and not alone (or back)."""
+
+        def value(term) -> int:
+            return model.eval(term, model_completion=True).as_long()
+
+        d = value(self.doc(self.q))
+        start = value(self.cu(self.z3.IntVal(d)))
+        size = value(self.cu(self.z3.IntVal(d + 1))) - start
+        q, kv = value(self.q), value(self.kv)
+        taken = self.z3.is_true(model.eval(packed, model_completion=True))
+        said = ("takes", "does not") if taken else ("does not take", "does")
+        return (f"with {value(self.N)} documents in {value(self.T)} tokens, document {d} of "
+                f"{size} tokens starts at token {start}: packed, the mask {said[0]} the "
+                f"query at token {q} and the key at token {kv}; the document alone "
+                f"{said[1]} (query {q - start}, key {kv - start})")  # fmt: skip
 
 
 class _Translation:

@@ -20,6 +20,7 @@ import torch.fx
 
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.layout_terms import (
+    TOKEN,
     combined,
     covers_shift,
     is_window,
@@ -320,9 +321,57 @@ def _relative(interp, node, base: str, operands, result: Val) -> Val:
     a, b = (interp.val(t) for t in tensors)
     pa, pb = (_placed(interp, node, t) for t in tensors)
     one_each = len(set(pa) - set(pb)) == len(set(pb) - set(pa)) == 1  # a chunk index shared
-    if a and b and a.absolute and b.absolute and len(pa) == len(pb) and one_each:
+    if not (a and b and a.absolute and b.absolute and len(pa) == len(pb) and one_each):
+        return result
+    if _same_in_a_document(a, b):
         return result.with_(absolute=frozenset())
+    for origin in a.absolute | b.absolute:  # say why the difference did not cancel
+        said = interp.reasons.get(origin, "an absolute token index")
+        why = (
+            f"compared at `{node.name}` after arithmetic that a document alone does "
+            "not repeat (index + constant moves with the document, `i // C` does not)"
+        )
+        interp.reasons[origin] = said if why in said else f"{said}, {why},"
     return result
+
+
+def _same_in_a_document(a: Val, b: Val) -> bool:
+    """Whether comparing (or subtracting) ``a`` at one token and ``b`` at another gives
+    the same for two tokens of one document packed and alone: both indices that move
+    with the document, or both one labelling of the documents (their document ids, or
+    one prefix sum equal only inside a document: constant over a document)."""
+    if _moves_with_tokens(a) and _moves_with_tokens(b):
+        return True
+    if _chunk_index(a) and _chunk_index(b):
+        return True  # chunk numbers: what they carry between chunks is chunks.py's proof
+    if a.kind == b.kind == Kind.DOCID:
+        return True
+    return a.kind == b.kind == Kind.DOCSEP and a.ref is b.ref
+
+
+def _chunk_index(val: Val) -> bool:
+    """An index over chunks of the row (a chunk view's index, an arange over
+    ``ceil(T / C)``): what a chunked scan carries between chunks is proven by
+    :mod:`~graphcheck.analysis.locality.chunks`, not by this difference."""
+    chunked = [t for t in val.toks if t is not None]
+    return bool(chunked) and all("@0/" in t.axis or t.inner is None for t in chunked)
+
+
+def _moves_with_tokens(val: Val) -> bool:
+    """The value at token ``i`` is ``i + c``: moving a document by ``o`` tokens moves it
+    by ``o``, so the difference of two such values is the same packed and alone
+    (``i // C`` is not: chunk boundaries sit at multiples of ``C`` of the packed row)."""
+    term = term_of(val) if not val.token_dims or len(val.token_dims) == 1 else None
+    while term is not None and term != TOKEN:
+        if term[0] == "add" and term[2][0] == "int":
+            term = term[1]
+        elif term[0] == "add" and term[1][0] == "int":
+            term = term[2]
+        elif term[0] == "sub" and term[2][0] == "int":
+            term = term[1]
+        else:
+            return False
+    return term == TOKEN
 
 
 def _outside(interp, node, arg, pair: Pair, which: str) -> Fill | str | None:
