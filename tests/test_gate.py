@@ -290,6 +290,21 @@ def test_independent_head_is_equal_after_one_step():
     assert report.train.status == "equal" and report.train.parameters > 70
 
 
+def test_a_buffer_on_the_embedding_storage_differs_after_one_step():
+    """A non-persistent buffer on the embedding weight's storage, read by the head:
+    GC205 statically, and after one step the last stage's head no longer follows."""
+    report = gated("violations:buffer_tied_embeddings", (4,), train=True)
+    assert "GC205" in report.static_codes and report.agrees
+    assert report.train.status == "differ" and report.train.logits_after == "differ"
+    assert report.verdict == "fail" and report.exit_code == 1
+
+
+def test_a_buffer_of_its_own_is_equal_after_one_step():
+    report = gated("violations:buffer_own_head", (4,), train=True)
+    assert report.static_verdict == "pass" and report.verdict == "pass"
+    assert report.train.status == "equal" and report.train.logits_after == "equal"
+
+
 def test_flag_set_by_an_earlier_layer_differs_on_its_own_rank():
     # in one process layer 0 raises the flag for layers 4-7; on rank 1 it never runs
     flagged = gated("gate_state:trace_flag", (4,))

@@ -92,6 +92,22 @@ def test_flags_tied_embeddings():
     assert len(shared) == 1
 
 
+def test_flags_a_buffer_on_a_parameters_storage():
+    """``register_buffer(..., embed.weight.detach(), persistent=False)`` read by the
+    head: one weight on the first and the last stage, named parameter and buffer."""
+    report = cut_map("violations:buffer_tied_embeddings")
+    for k in range(9):  # the embedding left of every cut, the head right of it
+        found = [d for d in report.errors if d.code == "GC205" and d.cut == k]
+        assert len(found) == 1, k
+        assert found[0].message.startswith(
+            "parameter model.embed_tokens.weight and buffer lm_head.weight share one storage"
+        )
+
+
+def test_a_buffer_on_a_storage_of_its_own_is_not_shared():
+    assert cut_map("violations:buffer_own_head").codes == set()
+
+
 # GC401 varlen-metadata-not-consumed --------------------------------------------------------
 
 

@@ -3,10 +3,12 @@
 What it checks
     No parameter, and no value computed from parameters alone, is read on both
     sides of a cut; and no parameter *storage* is: two Parameter objects on one
-    storage (``lm_head.weight = nn.Parameter(embed.weight)``) read on the two
-    sides are one weight, whatever the objects. Storage identity is taken from
-    the exported program's state dict (the model's own tensors, fake ones too:
-    ``untyped_storage()`` identity).
+    storage (``lm_head.weight = nn.Parameter(embed.weight)``), or a buffer or
+    constant on a parameter's storage (``register_buffer("w",
+    embed.weight.detach(), persistent=False)``), read on the two sides are one
+    weight, whatever the objects. Storage identity is taken from the exported
+    program's state dict and constants (the model's own tensors, fake ones
+    too: ``untyped_storage()`` identity).
 
 Why it matters
     A weight used by two stages must be replicated and kept identical: its
@@ -80,22 +82,40 @@ def check(ctx) -> list[Diagnostic]:
     return found
 
 
+_HELD = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
 def _storage_groups(program) -> list[list]:
-    """Parameter placeholders that share one storage, two or more per group."""
+    """Placeholders of the model's own tensors (parameters, buffers persistent or
+    not, constants) that share one storage with a parameter, two or more per group:
+    a buffer on a parameter's storage is that weight too."""
     exported = program.exported.program
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     groups: dict[object, list] = {}
     for spec in exported.graph_signature.input_specs:
-        tensor = exported.state_dict.get(spec.target) if spec.target else None
         node = nodes.get(spec.arg.name)
-        if spec.kind != InputKind.PARAMETER or not isinstance(tensor, torch.Tensor) or not node:
+        tensor = _held(exported, spec) if spec.kind in _HELD else None
+        if not isinstance(tensor, torch.Tensor) or node is None:
             continue
         try:
             key = StorageWeakRef(tensor.untyped_storage()).cdata
         except (RuntimeError, NotImplementedError):
             continue
-        groups.setdefault(key, []).append((spec.target, node))
-    return [g for g in groups.values() if len(g) > 1]
+        groups.setdefault(key, []).append((spec.target, node, spec.kind))
+    return [
+        [(fqn, node) for fqn, node, _ in g]
+        for g in groups.values()
+        if len(g) > 1 and any(kind == InputKind.PARAMETER for *_, kind in g)
+    ]
+
+
+def _held(exported, spec):
+    """The tensor behind an input spec: the state dict (parameters, persistent
+    buffers) or the program's constants (non-persistent buffers, tensor constants)."""
+    if not spec.target:
+        return None
+    found = exported.state_dict.get(spec.target)
+    return found if found is not None else exported.constants.get(spec.target)
 
 
 def _readers(program, node) -> list:
@@ -128,7 +148,8 @@ def _shared_storage(ctx, cut, group) -> Diagnostic | None:
     return Diagnostic.at(
         CODE,
         NAME,
-        f"parameters {left_fqn} and {right_fqn} share one storage and are read on both "
+        f"{_what(program, left_fqn)} {left_fqn} and {_what(program, right_fqn)} {right_fqn} "
+        f"share one storage and are read on both "
         f"sides of cut {cut.position}: by {left} and by {right}; "
         + _fix(ctx, [left_fqn, right_fqn, left, right]),
         node=node,
@@ -136,6 +157,12 @@ def _shared_storage(ctx, cut, group) -> Diagnostic | None:
         cut=cut.position,
         stage=ctx.right_stage(cut),
     )
+
+
+def _what(program, fqn: str) -> str:
+    """``parameter`` or ``buffer`` (a constant tensor too), for the message."""
+    exported = program.exported.program
+    return "parameter" if fqn in dict(exported.named_parameters()) else "buffer"
 
 
 def _diagnostic(ctx, cut, crossing) -> Diagnostic:
