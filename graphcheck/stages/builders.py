@@ -139,8 +139,9 @@ def _with_outputs(builder):
     """A transformers builder given the layout's output modules (the final norm it must
     drop from every stage but the last, whatever the decoder calls it)."""
     return lambda model, layout, index, layers, num_stages: builder(
-        model, index, layers, num_stages, outputs=layout.output_fqns
-    )
+        model, index, layers, num_stages, outputs=layout.output_fqns,
+        container=layout.layer_prefix,
+    )  # fmt: skip
 
 
 BUILTINS = {
