@@ -281,7 +281,7 @@ class Explorer:
                     convention=session.convention,
                 )
             with progress.phase(progress.Phase.ANALYSE):
-                self._program = analyse(exported, session.layout)
+                self._program = analyse(exported, session.layout, session.token_local)
         return self._program
 
     def plan(self, cuts: Sequence[int] | None = None, stages: int | None = None) -> StagePlan:
@@ -406,6 +406,7 @@ class Explorer:
             cases.append(case_ctx)
         report = _report(self.session.name, ctx, "verify", start, self.suppression, cases)
         report.attention = self.attention
+        report.kernels = _kernels(ctx, cases)
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
         report.stage_proof = dataclasses.replace(proof, required=require_stage_programs)
         layout = ctx.program.layout
@@ -464,6 +465,7 @@ class Explorer:
         ctx, cases = self._whole(), [case._whole() for case in self.cases]
         report = _report(self.session.name, ctx, "map", start, self.suppression, cases)
         report.attention = self.attention
+        report.kernels = _kernels(ctx, cases)
         report.costs = self.costs(doc_length).as_dict()
         return report
 
@@ -665,3 +667,14 @@ def _first_line(err: BaseException) -> str:
     """An error's first line, for a finding's message."""
     text = str(err).strip().splitlines()
     return text[0].split(" (Could this error message be improved?")[0] if text else repr(err)
+
+
+def _kernels(ctx: Context, cases: list[Context]) -> list[dict]:
+    """The custom ops held to their trust by execution, one entry per op (the first
+    program's verdict; a leak found in any program wins)."""
+    found: dict[str, object] = {}
+    for each in (ctx, *cases):
+        for name, op in each.program.validated.items():
+            if name not in found or op.status == "leaks":
+                found[name] = op
+    return [op.as_dict() for op in found.values()]

@@ -56,6 +56,8 @@ class Program:
     # size relations the locality pass proved (the group sizes of a split partition its
     # rows): GC403 does not report an export assert that is one of them
     facts: list = field(default_factory=list)
+    # custom ops held to their trust by execution (kernels/validation): op -> OpCheck
+    validated: dict = field(default_factory=dict)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -129,8 +131,11 @@ class Program:
         return str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else None
 
 
-def analyse(exported: Exported, layout: Layout) -> Program:
-    """Run the analysis passes over ``exported``."""
+def analyse(
+    exported: Exported, layout: Layout, token_local: frozenset[str] = frozenset()
+) -> Program:
+    """Run the analysis passes over ``exported``; ``token_local``: the custom ops a
+    kernels file declares token-local (``"namespace::op"``)."""
     graph = exported.program.graph
     regions = AssignRegionsPass(exported.program, layout)
     regions.run(graph)
@@ -139,6 +144,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
     taint.run(graph)
     tokens = _tokens(exported)
     locality = PropagateLocalityPass(exported.program.graph_module, user, tokens, exported.rows)
+    locality.token_local = token_local
     locality.run(graph)
     mutations = LinkMutationsPass(regions.region, taint.role)
     mutations.run(graph)
@@ -164,6 +170,7 @@ def analyse(exported: Exported, layout: Layout) -> Program:
         step_state=locality.step_state,
         untracked=locality.untracked,
         facts=locality.facts,
+        validated=locality.validated,
     )
     _check_layers_seen(program)
     return program

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from graphcheck.kernels import fakes
 from graphcheck.kernels.attention import ATTENTION, register
-from graphcheck.kernels.standins import BUILTIN, StandIn, check_targets, load_kernels, patched
+from graphcheck.kernels.standins import (
+    BUILTIN,
+    StandIn,
+    check_targets,
+    load_kernels,
+    patched,
+    token_local,
+)
 
 __all__ = [
     "ATTENTION",
@@ -25,6 +32,7 @@ __all__ = [
     "load_kernels",
     "patched",
     "register",
+    "token_local",
 ]
 
 fakes.install()

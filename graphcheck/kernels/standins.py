@@ -21,7 +21,9 @@ families ``qwen3_next``, ``qwen3_5`` and ``qwen3_5_moe``
 ``create_block_mask`` (one partial block: the ``mask_mod`` decides every pair).
 
 A *kernels file* (``--kernels FILE.py``) adds stand-ins. It must define
-``STAND_INS``, a dict from target to replacement callable; it may define its
+``STAND_INS``, a dict from target to replacement callable, or ``TOKEN_LOCAL``, a
+list of custom ops it declares token-local (:func:`token_local`, validated by
+execution); it may define its
 own ``torch.library`` custom ops (any namespace but ``aten``) for the
 replacements to call. Its targets are *required*: one that does not resolve
 (a module that does not import, a missing class, method or global) is a
@@ -46,7 +48,7 @@ from torch import nn
 from graphcheck.errors import ModelLoadError, one_line
 from graphcheck.kernels import custom_ops as ops
 
-__all__ = ["BUILTIN", "StandIn", "check_targets", "load_kernels", "patched"]
+__all__ = ["BUILTIN", "StandIn", "check_targets", "load_kernels", "patched", "token_local"]
 
 
 @dataclass(frozen=True)
@@ -147,12 +149,42 @@ def load_kernels(path: str) -> tuple[StandIn, ...]:
     if not file.is_file():
         raise ModelLoadError(f"kernels file not found: {path}")
     module = _import_once(file)
-    table = getattr(module, "STAND_INS", None)
+    declared = token_local(path)
+    table = getattr(module, "STAND_INS", {} if declared else None)
     if not isinstance(table, Mapping) or not all(
         isinstance(k, str) and callable(v) for k, v in table.items()
     ):
-        raise ModelLoadError(f"{path} must define STAND_INS, a dict of 'module:attr' -> callable")
+        raise ModelLoadError(
+            f"{path} must define STAND_INS, a dict of 'module:attr' -> callable (or "
+            "TOKEN_LOCAL, a list of 'namespace::op' names)"
+        )
     return tuple(StandIn(target, fn, required=True) for target, fn in table.items())
+
+
+def token_local(path: str | None) -> frozenset[str]:
+    """The custom ops a kernels file declares token-local (``TOKEN_LOCAL``: a list of
+    ``"namespace::op"`` names): fused per-token kernels (an RMSNorm, a rotary
+    embedding, an activation) that take no document structure because they need none.
+    graphcheck holds each to it by executing it (:mod:`graphcheck.kernels.validation`)."""
+    if not path:
+        return frozenset()
+    file = Path(path)
+    if not file.is_file():
+        raise ModelLoadError(f"kernels file not found: {path}")
+    declared = getattr(_import_once(file), "TOKEN_LOCAL", None)
+    if declared is None:
+        return frozenset()
+    if isinstance(declared, str) or not all(_op_name(n) for n in declared):
+        raise ModelLoadError(f"{path}: TOKEN_LOCAL must be a list of 'namespace::op' names")
+    return frozenset(declared)
+
+
+def _op_name(name: object) -> bool:
+    """``"namespace::op"``: a custom op's qualified name."""
+    if not isinstance(name, str) or name.count("::") != 1:
+        return False
+    namespace, op = name.split("::")
+    return namespace.isidentifier() and op.isidentifier() and namespace not in ("aten", "prims")
 
 
 def _import_once(file: Path):

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from graphcheck.errors import LayoutError, ModelLoadError, UsageError, reworded
-from graphcheck.kernels import BUILTIN, check_targets, load_kernels
+from graphcheck.kernels import BUILTIN, check_targets, load_kernels, token_local
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
 from graphcheck.model.conventions import check_name, detect
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
@@ -104,6 +104,7 @@ class Session:
         self.settings = dict(settings or {})
         self.spec = model if isinstance(model, str) else None  # rebuildable in a fresh process
         self.kernels, self.use_stand_ins = kernels, stand_ins
+        self.token_local = token_local(kernels)  # the kernels file's TOKEN_LOCAL ops
         self.stand_ins = (
             *(BUILTIN if stand_ins else ()),
             *(load_kernels(kernels) if kernels else ()),

@@ -56,7 +56,29 @@ def _header(report: Report) -> list[str]:
     lines += (
         [_programs_line(report.tokens["programs"])] if (report.tokens or {}).get("programs") else []
     )
-    return lines + ([attention_line(report.attention)] if report.attention else [])
+    lines += [attention_line(report.attention)] if report.attention else []
+    return lines + [kernel_line(k) for k in report.kernels]
+
+
+def kernel_line(check: dict) -> str:
+    """A custom op held to its trust by executing it.
+
+    >>> kernel_line({"op": "mylib::rms_norm", "claim": "token-local", "status": "validated",
+    ...              "detail": "", "cached": True})
+    '  custom op mylib::rms_norm (token-local): validated by execution (perturb, shift; cached)'
+    >>> kernel_line({"op": "mylib::attn", "claim": "document-local",
+    ...              "status": "trusted, not verified", "detail": "no CPU implementation"})
+    '  custom op mylib::attn (document-local): trusted, NOT verified: no CPU implementation'
+    """
+    status, detail = check["status"], check.get("detail", "")
+    if status == "validated":
+        cached = "; cached" if check.get("cached") else ""
+        said = f"validated by execution (perturb, shift{cached})"
+    elif status == "leaks":
+        said = f"leaks when executed: {detail}"
+    else:
+        said = f"trusted, NOT verified: {detail}"
+    return f"  custom op {check['op']} ({check['claim']}): {said}"
 
 
 def attention_line(attention: dict) -> str:

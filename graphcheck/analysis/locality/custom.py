@@ -6,7 +6,13 @@ the batch's document structure (the real ``cu_seq_lens`` or document ids, whatev
 argument is called) and every other integer tensor it is given is that structure too;
 its scalar arguments are sizes. One given other boundaries is a leak; one given none,
 touching tokens, is unknown. :func:`custom` is also the dispatch's fallback for any
-unregistered op of such a namespace.
+unregistered op of such a namespace. An op a kernels file declares token-local
+(``TOKEN_LOCAL``) keeps each token's rows to itself.
+
+Every trust is checked: the op's own implementation is executed alone on a concrete
+packing (:mod:`graphcheck.kernels.validation`, cached); one that mixes documents (or
+tokens) when it runs is GC401 with the packing that shows it, one that cannot run here
+stays trusted and the report says it was not verified.
 """
 
 from __future__ import annotations
@@ -16,8 +22,26 @@ import torch.fx
 
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality.attention import _doc_attention
-from graphcheck.analysis.locality.domain import Interp, Kind, bind, unknown
+from graphcheck.analysis.locality.domain import (
+    Interp,
+    Kind,
+    Tok,
+    Val,
+    bind,
+    carry,
+    meta_toks,
+    unknown,
+)
 from graphcheck.analysis.locality.registry import register
+from graphcheck.kernels.validation import (
+    Claim,
+    OpCheck,
+    OpStatus,
+    Subject,
+    layout_only,
+    op_cache,
+    validate,
+)
 
 __all__ = ["custom"]
 
@@ -62,6 +86,8 @@ def custom(interp: Interp, node: torch.fx.Node):
     called) and every other integer tensor it is given is that structure too; its
     scalar arguments are sizes (``max_seqlen``). One given other boundaries is a leak;
     one given none, touching tokens, is unknown."""
+    if node.target._schema.name in interp.token_local:
+        return _token_local(interp, node)
     bound = bind(node)
     structure, other = _described(interp, bound)
     name = f"`{op_name(node.target)}`"
@@ -74,7 +100,67 @@ def custom(interp: Interp, node: torch.fx.Node):
     if not structure:
         return unknown(interp, node)
     data = [v for k, v in bound.items() if k not in structure and not _scalar(v)]
+    found = _validated(interp, node, Claim.DOCUMENT_LOCAL)
+    if found is not None and found.status == OpStatus.LEAKS:
+        why = (f"`{node.target._schema.name}` is given the batch's document structure, but "
+               f"its own "
+               f"implementation mixes documents: {found.detail}")  # fmt: skip
+        return _doc_attention(interp, node, [], False, why)
     return _doc_attention(interp, node, data, True, "")
+
+
+def _token_local(interp: Interp, node: torch.fx.Node):
+    """A kernels file's ``TOKEN_LOCAL`` op: each result row reads its token's rows of
+    the operands, held to it by executing the op (a leak is GC401 with the packing)."""
+    vals = [interp.val(a) for a in node.all_input_nodes]
+    found = _validated(interp, node, Claim.TOKEN_LOCAL)
+    if found is not None and found.status == OpStatus.LEAKS:
+        why = (f"`{node.target._schema.name}` is declared token-local, but its own "
+               f"implementation mixes tokens: {found.detail}")  # fmt: skip
+        return interp.leak(node, why, meta_toks(_first(node), interp.tokens), inputs=vals)
+    out = node.meta.get("val")
+    toks = [meta_toks(v, interp.tokens) for v in (out if isinstance(out, tuple | list) else [out])]
+    results = [Val(t, **carry(vals)) for t in toks]
+    return tuple(results) if isinstance(out, tuple | list) else results[0]
+
+
+def _first(node: torch.fx.Node):
+    out = node.meta.get("val")
+    return out[0] if isinstance(out, tuple | list) else out
+
+
+def _validated(interp: Interp, node: torch.fx.Node, claim: Claim) -> OpCheck | None:
+    """The op executed alone (:mod:`graphcheck.kernels.validation`), once per op and shape
+    class; ``None`` for graphcheck's own stand-ins (the gate runs their CPU reference)
+    or when the token dims are not plain (the report says it was not verified)."""
+    if node.target.namespace == "graphcheck":
+        return None
+    subject = _subject(interp, node, claim)
+    found = validate(subject) if isinstance(subject, Subject) else subject
+    interp.validated.setdefault(found.op, found)
+    return found
+
+
+def _subject(interp: Interp, node: torch.fx.Node, claim: Claim) -> Subject | OpCheck:
+    inputs = getattr(interp, "inputs", {})
+    dims: dict[torch.fx.Node, int | None] = {}
+    for arg in node.all_input_nodes:
+        if layout_only(arg, inputs):
+            continue
+        val = interp.val(arg)
+        plain = [i for i, t in enumerate(val.toks if val else ()) if t == Tok("T", 1)]
+        if (val is not None and len(plain) != len(val.token_dims)) or len(plain) > 1:
+            return _unverified(node, claim, f"`{arg.name}` has tokens on a dim not plain T")
+        dims[arg] = plain[0] if plain else None
+    out = [i for i, t in enumerate(meta_toks(_first(node), interp.tokens)) if t == Tok("T", 1)]
+    if len(out) != 1:
+        return _unverified(node, claim, "its result has no single token dim")
+    tokens = frozenset(str(t) for t in interp.tokens)
+    return Subject(node, claim, inputs, tokens, dims, out[0], cache=op_cache())
+
+
+def _unverified(node: torch.fx.Node, claim: Claim, why: str) -> OpCheck:
+    return OpCheck(node.target._schema.name, str(claim), OpStatus.UNVERIFIED, why)
 
 
 def _scalar(arg) -> bool:

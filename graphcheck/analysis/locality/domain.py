@@ -191,6 +191,8 @@ class Interp:
         self.writes: list[torch.fx.Node] = []
         self.facts: list = []  # size relations the analysis proved (sympy Eq), for GC403
         self.group_sizes: dict[str, Val] = {}  # unbacked symbol -> the group size it is
+        self.validated: dict[str, object] = {}  # custom op -> its OpCheck (kernels/validation)
+        self.token_local: frozenset[str] = frozenset()  # custom ops declared token-local
 
     def val(self, arg) -> Val | None:
         """The abstract value of an argument; ``None`` for Python constants."""
