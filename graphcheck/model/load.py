@@ -59,10 +59,19 @@ def resolve_factory(spec: str) -> Callable[[], nn.Module]:
     return factory
 
 
+_IMPORTED: dict[str, tuple[int, int]] = {}  # module name -> the file's (mtime, size)
+
+
 def _import_file(path: str):
+    """The model file as a module, imported once per process while the file is
+    unchanged: a file that defines ``torch.library`` custom ops registers them once
+    (executing it again would replace the ops the dispatcher holds)."""
     require_file(path)
     file = Path(path)
     mod_name = "graphcheck_model_" + "_".join(file.resolve().with_suffix("").parts[-3:])
+    stat = file.stat()
+    if _IMPORTED.get(mod_name) == (stat.st_mtime_ns, stat.st_size) and mod_name in sys.modules:
+        return sys.modules[mod_name]
     spec = importlib.util.spec_from_file_location(mod_name, file)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(file.resolve().parent))
@@ -73,6 +82,7 @@ def _import_file(path: str):
         raise ModelLoadError(f"importing {path} raised {type(err).__name__}: {err}") from err
     finally:
         sys.path.remove(str(file.resolve().parent))
+    _IMPORTED[mod_name] = (stat.st_mtime_ns, stat.st_size)
     return module
 
 
