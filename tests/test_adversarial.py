@@ -63,6 +63,7 @@ ROWS = [
     ("position_compare_mask", (4,), {"GC401"}, "doc_position_mask", SLOW),
     ("positions_ones_cumsum", (4,), {"GC402"}, "positions_from_ids"),
     ("positions_arange_offset", (2, 6), {"GC402"}, "positions_from_ids", SLOW),
+    ("positions_from_cu_previous", (4,), {"GC402"}, "positions_from_cu"),
     ("flex_causal_mask", (4,), {"GC401"}, "flex_document_mask"),
     ("ssm_scan_unmasked", (4,), {"GC401"}, "ssm_scan_masked"),
 ]

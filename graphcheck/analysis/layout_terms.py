@@ -41,6 +41,7 @@ __all__ = [
     "combined",
     "covers_shift",
     "document_id_shift",
+    "is_position",
     "is_window",
     "layout_diff",
     "shift_counterexample",
@@ -136,6 +137,43 @@ def _counted(term: Term) -> Counted:
         if found == z3.sat:
             why = _why(solver.model(), lay, i, value, expected)
     return _separating(z3, term) or Counted(None, why=why)
+
+
+_POSITIONS: dict[Term, bool] = {}
+
+
+def is_position(term: Term) -> bool:
+    """Whether ``term`` is the position of token ``i`` in its document, ``pos(i) = i -
+    cu(doc(i))``, for every ``0 <= i < T`` under the packed-varlen axioms (proven by the
+    solver; cached): positions rebuilt from the boundaries (``i - cu[doc(i)]``) are
+    positions, not an absolute index.
+
+    >>> is_position(("sub", TOKEN, ("sub", TOKEN, ("pos", TOKEN))))
+    True
+    >>> is_position(("add", ("pos", TOKEN), ("int", 1)))
+    False
+    """
+    if term not in _POSITIONS:
+        _POSITIONS[term] = _proven_position(term)
+    return _POSITIONS[term]
+
+
+def _proven_position(term: Term) -> bool:
+    import z3
+
+    from graphcheck.analysis.locality.obligations import new_layout
+
+    lay = new_layout(z3)
+    i = lay.q  # 0 <= q < T among the axioms
+    try:
+        value = _Z3(z3, lay, i).integer(term)
+        expected = _Z3(z3, lay, i).integer(("pos", TOKEN))
+    except _Outside:
+        return False
+    solver = z3.Solver()
+    solver.set("timeout", 5000)
+    solver.add(*lay.axioms(), value != expected)
+    return solver.check() == z3.unsat
 
 
 def _separating(z3, term: Term) -> Counted | None:

@@ -24,7 +24,10 @@ Why it matters
 Example
     ``cos, sin = rope(torch.arange(input_ids.shape[1]))`` with
     ``position_ids`` unused; ``pos_embed(torch.arange(T))``;
-    ``torch.arange(T) + offset``.
+    ``torch.arange(T) + offset``. Not an example: positions rebuilt from the
+    boundaries, ``arange(T) - cu_seq_lens[doc]`` (``doc`` by ``searchsorted``),
+    which the solver proves equal to ``position_ids`` for every packing (a term
+    of the layout equal to ``i - cu(doc(i))``): they are positions.
 
 Fix
     Build rotary tables and learned positions from ``position_ids``; build

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from graphcheck.analysis.layout_terms import TOKEN
 from graphcheck.analysis.locality.domain import (
     Dep,
     Interp,
@@ -63,9 +64,24 @@ def index(interp: Interp, node: torch.fx.Node) -> Val:
     if len(used) == 1:
         d, idx = used[0]
         value = interp.val(idx)
+        if (start := _document_start(src, value)) is not None:
+            return start
         if value is not None:
             return gather_rows(interp, node, src, d, value)
     return _multi_index(interp, node, src, used)
+
+
+def _document_start(src: Val, index: Val | None) -> Val | None:
+    """``cu_seq_lens[doc]``, the boundaries read at each token's document id: the first
+    token of the token's document, ``cu(doc(i)) = i - pos(i)`` (a term of the layout;
+    still an absolute index until something makes it relative)."""
+    if index is None or src.kind != Kind.CU or src.dep != Dep.NONE or src.token_dims:
+        return None
+    if index.kind != Kind.DOCID or index.extra != 0 or len(index.token_dims) != 1:
+        return None
+    term = ("sub", TOKEN, ("pos", TOKEN))
+    absolute = src.absolute | index.absolute
+    return Val(index.toks, kind=Kind.LAYOUT, extra=term, absolute=absolute)
 
 
 def _by_token_index(interp, node, src: Val, used) -> Val | None:

@@ -23,6 +23,7 @@ from graphcheck.analysis.layout_terms import (
     TOKEN,
     combined,
     covers_shift,
+    is_position,
     is_window,
     shift_counterexample,
     term_of,
@@ -535,6 +536,8 @@ def _layout_kind(interp, node, base: str, operands, result: Val) -> Val:
         args.append(term)
         places |= set(_placed(interp, node, arg))
     term = combined(base, args) if len(places) <= 1 else None
+    if term is not None and is_position(term):  # i - cu[doc(i)]: the token's own position
+        return result.with_(kind=Kind.POS, extra=None, absolute=frozenset())
     return result if term is None else result.with_(kind=Kind.LAYOUT, extra=term)
 
 
