@@ -58,6 +58,8 @@ class Program:
     facts: list = field(default_factory=list)
     # custom ops held to their trust by execution (kernels/validation): op -> OpCheck
     validated: dict = field(default_factory=dict)
+    # GC403: control flow that chooses by the packed length (a cond on T) -> reason
+    length_branches: dict[torch.fx.Node, str] = field(default_factory=dict)
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -171,6 +173,7 @@ def analyse(
         untracked=locality.untracked,
         facts=locality.facts,
         validated=locality.validated,
+        length_branches=locality.length_branches,
     )
     _check_layers_seen(program)
     return program

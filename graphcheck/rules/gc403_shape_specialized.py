@@ -21,6 +21,9 @@ What it checks
     ``T % K == 0`` (and what it implies) is not a finding, an input dim of
     ``K*Tk`` is not a guarded expression; any other guard on T still is.
 
+    Control flow on T is the same hazard: a ``torch.cond`` whose predicate reads the
+    packed length (``x.shape[1] > 64``) is a finding at the ``cond``.
+
     Data-dependent sizes are not specialisation. ``torch.where``/``nonzero``
     (MoE dispatch, ``cu_seqlens`` derived from ``position_ids == 0``) and
     ``.item()`` create *unbacked* sizes ``u0, u1, ...``, and export asserts their
@@ -77,6 +80,9 @@ def check(ctx) -> list[Diagnostic]:
         problem = _specialised(program, name, node, ctx.lengths)
         if problem:
             found.append(_diag(problem + _uncovered(ctx.lengths), node))
+    for node, why in program.length_branches.items():
+        why += ": a document alone (T its own length) may run the other branch; choose by "
+        found.append(_diag(why + "a setting or by data each document holds", node))
     for node in program.graph.nodes:
         if node.op == "call_function" and "_assert_scalar" in str(node.target):
             problem = _assert_problem(program, node)

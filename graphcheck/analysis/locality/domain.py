@@ -193,6 +193,7 @@ class Interp:
         self.group_sizes: dict[str, Val] = {}  # unbacked symbol -> the group size it is
         self.validated: dict[str, object] = {}  # custom op -> its OpCheck (kernels/validation)
         self.token_local: frozenset[str] = frozenset()  # custom ops declared token-local
+        self.length_branches: dict[torch.fx.Node, str] = {}  # control flow on T (GC403)
 
     def val(self, arg) -> Val | None:
         """The abstract value of an argument; ``None`` for Python constants."""

@@ -10,8 +10,12 @@
   to the mask they are counted from (:mod:`graphcheck.analysis.block_tables`), which
   the solver must prove implies the mask_mod; the other block tables only choose
   blocks the mask_mod is applied on (see ``docs/soundness.md``).
-* Any other higher-order op (``cond``, ``while_loop``, ``map``, ``scan``) that
-  touches token data cannot be followed: fail closed.
+* ``cond`` is the join of its two branches, each interpreted through its body with
+  the operands, and of its predicate (a branch picked by a mean over every token
+  mixes documents); a predicate on the packed length is GC403 (a document alone may
+  take the other branch).
+* Any other higher-order op (``while_loop``, ``map``, ``scan``) that touches token
+  data cannot be followed: fail closed.
 
 No op is registered here: :func:`higher_order` is the dispatch's fallback for every
 ``HigherOrderOperator``.
@@ -27,6 +31,7 @@ from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality.domain import (
     Dep,
     Interp,
+    Kind,
     Val,
     carry,
     has_tokens,
@@ -55,6 +60,8 @@ def run_higher_order(interp: Interp, node: torch.fx.Node):
     name = op_name(node.target)
     if name == "flex_attention":
         return _flex(interp, node)
+    if name == "cond" and (joined := _cond(interp, node)) is not None:
+        return joined
     if name in _INLINE:
         inlined = _inline(interp, node)
         if inlined is not None:
@@ -83,7 +90,49 @@ def _inline(interp: Interp, node: torch.fx.Node):
     if position is None:
         return None
     sub = _module(interp, node.args[position])
-    operands = list(node.args[position + 1 :])
+    return _body(interp, sub, list(node.args[position + 1 :]))
+
+
+def _cond(interp: Interp, node: torch.fx.Node):
+    """``cond(pred, true_fn, false_fn, operands)``: each branch interpreted with the
+    operands, the result their join, joined with the predicate too (the branch taken
+    depends on what the predicate reads: a mean over the tokens picks it for every
+    document). A predicate on the packed length is a length case a document alone
+    may not take (GC403, :attr:`Interp.length_branches`). ``None``: not followed."""
+    pred, true_fn, false_fn, operands = node.args[:4]
+    branches = [_body(interp, _module(interp, g), list(operands)) for g in (true_fn, false_fn)]
+    if any(b is None for b in branches) or len(branches[0]) != len(branches[1]):
+        return None
+    chosen = [interp.val(pred)] if isinstance(pred, torch.fx.Node) else []
+    if _reads_length(interp, pred):  # GC403's finding, not a value the branches read
+        interp.length_branches.setdefault(node, f"`cond` chooses its branch by `{pred}`, "
+                                          "which reads the packed length")  # fmt: skip
+        chosen = []
+    out = node.meta.get("val")
+    outs = out if isinstance(out, tuple | list) else (out,)
+    joined = tuple(
+        Val(meta_toks(o, interp.tokens), **carry([a, b, *chosen]))
+        for o, a, b in zip(outs, *branches, strict=False)
+    )
+    return joined if isinstance(out, tuple | list) else joined[0]
+
+
+def _reads_length(interp: Interp, pred) -> bool:
+    """A predicate computed from the packed length T (a SymBool over T's symbols, or a
+    tensor holding the length)."""
+    if not isinstance(pred, torch.fx.Node):
+        return False
+    val = pred.meta.get("val")
+    if isinstance(val, torch.SymBool | torch.SymInt):
+        return bool({str(s) for s in val.node.expr.free_symbols} & interp.tokens)
+    found = interp.val(pred)
+    return found is not None and found.kind == Kind.LENGTH
+
+
+def _body(interp: Interp, sub: torch.fx.GraphModule | None, operands: list):
+    """The values of ``sub``'s outputs, interpreted with ``operands``' values."""
+    if sub is None:
+        return None
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     for ph, arg in zip(placeholders, operands, strict=False):
         interp.vals[ph] = interp.val(arg) or Val(meta_toks(ph.meta.get("val"), interp.tokens))
