@@ -135,15 +135,22 @@ def _alone(z3, mask_mod: torch.fx.GraphModule, buffers: list[Buffer], batch) -> 
     if batch is not None:
         b = z3.Int("b")
         facts += [b >= 0, b < batch]
+    facts += [*packed.axioms(), *alone.axioms()]
+    return _solved(z3, facts, packed.T, Verdict.MOVES, lambda m: packed.moved(m, there))
+
+
+def _solved(z3, facts: list, size, refuted: Verdict, said) -> Judgement:
+    """``facts`` unsatisfiable: proven; a model (the smallest ``size``): ``refuted`` with
+    ``said(model)``; anything else from the solver: not understood."""
     solver = z3.Optimize()
-    solver.add(*packed.axioms(), *alone.axioms(), *facts)
-    solver.minimize(packed.T)
+    solver.add(*facts)
+    solver.minimize(size)
     found = solver.check()
     if found == z3.unsat:
         return Judgement(Verdict.PROVEN)
     if found != z3.sat:
         return Judgement(Verdict.UNKNOWN, f"the solver answered {found}")
-    return Judgement(Verdict.MOVES, packed.moved(solver.model(), there))
+    return Judgement(refuted, said(solver.model()))
 
 
 def new_layout(z3) -> _Layout:
@@ -229,15 +236,8 @@ class _Layout:
         z = self.z3
         different = self.doc_of(self.q) != self.doc_of(self.kv)
         violated = z.And(different, mask) if across else z.And(z.Or(different, True), mask)
-        solver = z.Optimize()
-        solver.add(*self.axioms(), violated)
-        solver.minimize(self.T)
-        found = solver.check()
-        if found == z.unsat:
-            return Judgement(Verdict.PROVEN)
-        if found != z.sat:
-            return Judgement(Verdict.UNKNOWN, f"the solver answered {found}")
-        return Judgement(Verdict.REFUTED, self.counterexample(solver.model()))
+        facts = [*self.axioms(), violated]
+        return _solved(z, facts, self.T, Verdict.REFUTED, self.counterexample)
 
     def counterexample(self, model) -> str:
         def value(term) -> int:
