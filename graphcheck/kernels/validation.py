@@ -86,14 +86,15 @@ class Subject:
     """What to validate: the op's node, the placeholders the layout inputs are
     (placeholder name -> varlen input name), the sympy names of T, and each of the
     node's tensor arguments not computed from the layout alone with the dim it runs
-    over tokens (``None``: none, a weight); ``out_dim``: the result's token dim."""
+    over tokens (``None``: none, a weight); ``out_dims``: each result's token dim
+    (``None``: a result with no token dim, compared whole)."""
 
     node: torch.fx.Node
     claim: Claim
     inputs: dict[str, str]
     tokens: frozenset[str]
     token_dims: dict[torch.fx.Node, int]
-    out_dim: int
+    out_dims: tuple[int | None, ...]
     cache: Path | None = None
 
 
@@ -127,7 +128,7 @@ def _run_tests(subject: Subject) -> OpCheck:
             continue
         redrawn = _data(subject, docs, seed=SEED + 1 + index, keep=(start, end), like=base_data)
         other = _call(subject, docs, redrawn)
-        if not _equal(base, other, subject.out_dim, start, end):
+        if not _equal(base, other, subject.out_dims, start, end):
             return OpCheck(name, claim, OpStatus.LEAKS, _perturbed(docs, index, start, end))
     return _shift_test(subject, docs, base, base_data)
 
@@ -138,7 +139,7 @@ def _shift_test(subject: Subject, docs, base, base_data: dict) -> OpCheck:
     moved = _data(subject, shifted_docs, seed=SEED + 99, front=base_data)
     shifted = _call(subject, shifted_docs, moved)
     for index, (start, end) in enumerate(spans):
-        if not _equal(base, shifted, subject.out_dim, start, end, FILLER):
+        if not _equal(base, shifted, subject.out_dims, start, end, FILLER):
             return OpCheck(name, claim, OpStatus.LEAKS, _moved(docs, index, start, end))
     return OpCheck(name, claim, OpStatus.ISOLATED)
 
@@ -300,15 +301,25 @@ def layout_only(node: torch.fx.Node, inputs: dict[str, str]) -> bool:
     return True
 
 
-def _equal(a, b, dim: int, start: int, end: int, moved: int = 0) -> bool:
-    """Rows ``[start, end)`` of ``a`` along ``dim`` equal rows ``[start + moved, end +
-    moved)`` of ``b`` bitwise, in the first output (the op's result)."""
-    a, b = (x[0] if isinstance(x, tuple | list) else x for x in (a, b))
-    left = a.narrow(dim, start, end - start)
-    right = b.narrow(dim, start + moved, end - start)
-    return left.shape == right.shape and bool(
-        torch.equal(left.view(torch.uint8) if left.dtype == torch.bool else left, right)
-    )
+def _equal(a, b, dims, start: int, end: int, moved: int = 0) -> bool:
+    """Each result's rows ``[start, end)`` along its token dim in ``a`` equal rows
+    ``[start + moved, end + moved)`` in ``b`` bitwise (a result with no token dim: the
+    whole of it, unless the row moved)."""
+    a, b = ((x,) if isinstance(x, torch.Tensor) else tuple(x) for x in (a, b))
+    for left, right, dim in zip(a, b, dims, strict=True):
+        if dim is None:
+            if not moved and not _same(left, right):
+                return False
+            continue
+        left = left.narrow(dim, start, end - start)
+        right = right.narrow(dim, start + moved, end - start)
+        if not _same(left, right):
+            return False
+    return True
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 # --- the cache ---------------------------------------------------------------------
@@ -335,7 +346,7 @@ def _key(subject: Subject) -> str | None:
         val = arg.meta.get("val")
         shape = [_named(d, subject.tokens) for d in getattr(val, "shape", ())]
         parts.append(f"{getattr(val, 'dtype', type(val).__name__)}{shape}")
-    parts.append(str(subject.out_dim))
+    parts.append(str(subject.out_dims))
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 

@@ -152,11 +152,18 @@ def _subject(interp: Interp, node: torch.fx.Node, claim: Claim) -> Subject | OpC
         if (val is not None and len(plain) != len(val.token_dims)) or len(plain) > 1:
             return _unverified(node, claim, f"`{arg.name}` has tokens on a dim not plain T")
         dims[arg] = plain[0] if plain else None
-    out = [i for i, t in enumerate(meta_toks(_first(node), interp.tokens)) if t == Tok("T", 1)]
-    if len(out) != 1:
-        return _unverified(node, claim, "its result has no single token dim")
+    out = node.meta.get("val")
+    outs: list[int | None] = []
+    for value in out if isinstance(out, tuple | list) else (out,):
+        toks = meta_toks(value, interp.tokens)
+        plain = [i for i, t in enumerate(toks) if t == Tok("T", 1)]
+        if len(plain) > 1 or len(plain) != len([t for t in toks if t is not None]):
+            return _unverified(node, claim, "a result with tokens on a dim not plain T")
+        outs.append(plain[0] if plain else None)
+    if all(d is None for d in outs):
+        return _unverified(node, claim, "its results have no token dim")
     tokens = frozenset(str(t) for t in interp.tokens)
-    return Subject(node, claim, inputs, tokens, dims, out[0], cache=op_cache())
+    return Subject(node, claim, inputs, tokens, dims, tuple(outs), cache=op_cache())
 
 
 def _unverified(node: torch.fx.Node, claim: Claim, why: str) -> OpCheck:
