@@ -190,6 +190,10 @@ class Report:
         parts = [f"{proven}/{len(self.cuts)} cuts proven", *([stages] if stages else [])]
         if self.ignored:
             parts.append(f"{len(self.ignored)} ignored")
+        trusted = sum(k["status"] == "trusted, not verified" for k in self.kernels)
+        if trusted:
+            ops = "op" if trusted == 1 else "ops"
+            parts.append(f"{trusted} custom {ops} trusted, not verified by execution")
         return "; ".join(parts)
 
     def stage_summary(self) -> str | None:

@@ -65,6 +65,7 @@ def test_an_op_that_cannot_run_here_is_trusted_and_the_report_says_so():
     (unchecked,) = [k for k in report.kernels if k["op"] == "fused::rms_norm_unchecked"]
     assert unchecked["status"] == "trusted, not verified"
     assert "NotImplementedError: a GPU kernel" in unchecked["detail"]
+    assert report.summary().endswith("; 1 custom op trusted, not verified by execution")
 
 
 def test_without_the_declaration_the_fused_norm_fails_closed():
