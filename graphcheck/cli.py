@@ -520,9 +520,9 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     from graphcheck.cache import ResultCache
 
     no_cache = getattr(args, "no_cache", True)  # commands without the flags: no cache
-    cache = ResultCache.of(
-        vars(args), cache_dir=getattr(args, "cache_dir", None), no_cache=no_cache
-    )
+    cache_dir = getattr(args, "cache_dir", None)
+    cache = ResultCache.of(vars(args), cache_dir=cache_dir, no_cache=no_cache)
+    _op_verdicts(cache_dir, no_cache)
     hit = cache.load() if cache is not None else None
     if hit is not None:
         return hit
@@ -854,3 +854,11 @@ def _main(argv: list[str] | None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _op_verdicts(cache_dir: str | None, no_cache: bool) -> None:
+    """Custom ops' execution verdicts cached where the command's cache is (or not)."""
+    from graphcheck.cache.store import resolve_folder
+    from graphcheck.kernels.validation import use_cache
+
+    use_cache(resolve_folder(cache_dir, no_cache=no_cache))

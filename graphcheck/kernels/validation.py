@@ -17,9 +17,10 @@ implementation runs on the CPU, alone, on real values:
 
 An op whose eager implementation raises (shapes only, a GPU-only kernel) stays
 *trusted, not verified*, and the report says so. Verdicts are cached on disk (in
-graphcheck's cache folder, ``ops/``) by the op, the bytes of the file its
-implementation is written in, the claim and the argument shapes (T as a symbol): a
-warm run does not execute again; an edited kernel is executed again.
+graphcheck's cache folder, ``v<schema>/ops/``; ``--no-cache`` turns it off) by the
+op, the bytes of the file its implementation is written in, the claim and the
+argument shapes (T as a symbol): a warm run does not execute again; an edited kernel
+is executed again.
 """
 
 from __future__ import annotations
@@ -38,7 +39,16 @@ import torch.fx
 from graphcheck.errors import one_line
 from graphcheck.varlen import BY_NAME, Structure
 
-__all__ = ["Claim", "OpCheck", "OpStatus", "Subject", "layout_only", "op_cache", "validate"]
+__all__ = [
+    "Claim",
+    "OpCheck",
+    "OpStatus",
+    "Subject",
+    "layout_only",
+    "op_cache",
+    "use_cache",
+    "validate",
+]
 
 DOCS = (5, 3, 7)  # the packing the op is validated on
 FILLER = 64  # the shift: a document of this many tokens in front
@@ -325,12 +335,23 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 # --- the cache ---------------------------------------------------------------------
 
 
+_CHOSEN: list[Path | None] = []  # the command line's choice (--cache-dir, --no-cache)
+
+
+def use_cache(folder: Path | None) -> None:
+    """Use ``folder`` (graphcheck's cache folder; ``None``: off) for verdicts, as the
+    command line resolved it; by default the environment decides
+    (:func:`graphcheck.cache.store.resolve_folder`)."""
+    _CHOSEN[:] = [folder]
+
+
 def op_cache() -> Path | None:
-    """``ops/`` in graphcheck's cache folder (``None``: the cache is off)."""
+    """``v<schema>/ops/`` in graphcheck's cache folder (``None``: the cache is off)."""
+    from graphcheck.cache.key import SCHEMA
     from graphcheck.cache.store import resolve_folder
 
-    folder = resolve_folder(None)
-    return folder / "ops" if folder is not None else None
+    folder = _CHOSEN[0] if _CHOSEN else resolve_folder(None)
+    return folder / f"v{SCHEMA}" / "ops" if folder is not None else None
 
 
 def _key(subject: Subject) -> str | None:
