@@ -522,10 +522,10 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
     no_cache = getattr(args, "no_cache", True)  # commands without the flags: no cache
     cache_dir = getattr(args, "cache_dir", None)
     cache = ResultCache.of(vars(args), cache_dir=cache_dir, no_cache=no_cache)
-    _op_verdicts(cache_dir, no_cache)
     hit = cache.load() if cache is not None else None
     if hit is not None:
         return hit
+    _op_verdicts(cache_dir, no_cache)  # after a miss: a hit imports no torch
     with _fresh(args.progress):
         rendered, code = _run(args)
     if cache is not None:

@@ -103,8 +103,7 @@ def custom(interp: Interp, node: torch.fx.Node):
     found = _validated(interp, node, Claim.DOCUMENT_LOCAL)
     if found is not None and found.status == OpStatus.LEAKS:
         why = (f"`{node.target._schema.name}` is given the batch's document structure, but "
-               f"its own "
-               f"implementation mixes documents: {found.detail}")  # fmt: skip
+               f"its own implementation mixes documents: {found.detail}")  # fmt: skip
         return _doc_attention(interp, node, [], False, why)
     return _doc_attention(interp, node, data, True, "")
 
@@ -137,7 +136,8 @@ def _validated(interp: Interp, node: torch.fx.Node, claim: Claim) -> OpCheck | N
         return None
     subject = _subject(interp, node, claim)
     found = validate(subject) if isinstance(subject, Subject) else subject
-    interp.validated.setdefault(found.op, found)
+    if found.op not in interp.validated or found.status == OpStatus.LEAKS:
+        interp.validated[found.op] = found  # a leak in any shape class is the op's verdict
     return found
 
 
