@@ -162,12 +162,20 @@ def _build_fresh(request: StageRequest) -> StageProgram:
         *(load_kernels(request.kernels) if request.kernels else ()),
     )
     builder = resolve_builder(request.builder, request.layout)
+    _KEPT.append((model, mode))  # freed only when the process ends (see _KEPT)
     with patched(model, stand_ins):
         return build_stage(
             model, request.layout, builder, mode, request.index, list(request.layers),
             request.num_stages, request.hidden, request.strict, request.builder, request.batch,
             request.program_mode,
         )  # fmt: skip
+
+
+# The fake models a stage process built, kept alive until the process ends: freeing one
+# in the middle of the process (its fake tensors' weak-keyed tables) has crashed the
+# child in torch's weakref callbacks (torch/utils/weak.py, a segfault; hf:jetmoe's stage
+# 1 after the builder was given the layer container). A stage process is thrown away.
+_KEPT: list = []
 
 
 def build_stage(
