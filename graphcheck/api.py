@@ -57,11 +57,12 @@ import time
 from collections.abc import Sequence
 
 from graphcheck.analysis.agreement import first_difference
+from graphcheck.analysis.backward import BackwardProof, prove_backward
 from graphcheck.analysis.balance import balance
 from graphcheck.analysis.cost import DOC_LENGTH, Costs
 from graphcheck.analysis.cost import costs as layer_costs
 from graphcheck.analysis.dataflow import CutAnalysis, analyse_cuts
-from graphcheck.analysis.export import export_model
+from graphcheck.analysis.export import autograd_functions, export_model
 from graphcheck.analysis.lengths import (
     MAX_PROGRAMS,
     MAX_TRACED,
@@ -70,7 +71,7 @@ from graphcheck.analysis.lengths import (
     first_gap,
 )
 from graphcheck.analysis.plan import StagePlan
-from graphcheck.analysis.program import Program, analyse
+from graphcheck.analysis.program import Program, analyse, tokens_of
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
@@ -79,6 +80,7 @@ from graphcheck.kernels.attention import attention_record
 from graphcheck.model.boundary import WireShape
 from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec
+from graphcheck.model.modes import ProgramMode
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import PlanReport, Report, StageProof
 from graphcheck.reporters import progress
@@ -282,7 +284,18 @@ class Explorer:
                 )
             with progress.phase(progress.Phase.ANALYSE):
                 self._program = analyse(exported, session.layout, session.token_local)
+            if session.backward:
+                self._program.gradients = self._backward(exported)
         return self._program
+
+    def _backward(self, exported) -> BackwardProof:
+        """The backward program of ``exported``, proven (``--backward``)."""
+        session = self.session
+        with progress.phase(progress.Phase.ANALYSE), patched(session.module, session.stand_ins):
+            functions = autograd_functions(
+                session.module, session.mode, session.batch, session.convention
+            )
+            return prove_backward(exported, tokens_of(exported), session.token_local, functions)
 
     def plan(self, cuts: Sequence[int] | None = None, stages: int | None = None) -> StagePlan:
         """The stage plan of ``cuts``, of an even split into ``stages`` or, with neither,
@@ -407,6 +420,7 @@ class Explorer:
         report = _report(self.session.name, ctx, "verify", start, self.suppression, cases)
         report.attention = self.attention
         report.kernels = _kernels(ctx, cases)
+        report.backward = _backward(ctx, cases)
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
         report.stage_proof = dataclasses.replace(proof, required=require_stage_programs)
         layout = ctx.program.layout
@@ -466,6 +480,7 @@ class Explorer:
         report = _report(self.session.name, ctx, "map", start, self.suppression, cases)
         report.attention = self.attention
         report.kernels = _kernels(ctx, cases)
+        report.backward = _backward(ctx, cases)
         report.costs = self.costs(doc_length).as_dict()
         return report
 
@@ -667,6 +682,23 @@ def _first_line(err: BaseException) -> str:
     """An error's first line, for a finding's message."""
     text = str(err).strip().splitlines()
     return text[0].split(" (Could this error message be improved?")[0] if text else repr(err)
+
+
+def _backward(ctx: Context, cases: list[Context]) -> dict | None:
+    """Train mode: whether the backward program of every length's program was proven
+    (``checked``: asked for with ``--backward``)."""
+    if ctx.program.exported.program_mode != ProgramMode.TRAIN:
+        return None
+    proofs = [each.program.gradients for each in (ctx, *cases)]
+    if any(proof is None for proof in proofs):
+        return {"checked": False}
+    return {
+        "checked": True,
+        "proven": all(proof.proven for proof in proofs),
+        "ops": sum(proof.nodes for proof in proofs),
+        "seconds": round(sum(proof.seconds for proof in proofs), 2),
+        "functions": sorted({name for proof in proofs for name in proof.functions}),
+    }
 
 
 def _kernels(ctx: Context, cases: list[Context]) -> list[dict]:

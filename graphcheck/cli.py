@@ -116,6 +116,12 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         "training runs (default), or model.eval()",
     )
     model.add_argument(
+        "--backward",
+        action="store_true",
+        help="prove the backward program too: the training step's gradients keep to their "
+        "documents (train mode; costs several times the export)",
+    )
+    model.add_argument(
         "--inputs-from",
         metavar="NAME",
         help="the input convention of the model's forward: transformers (input_ids, "
@@ -400,6 +406,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     }
     if args.command == "gate":
         return _gate(args, options)
+    options.update(backward=args.backward)
     options.update(
         docs=_example_docs(args.docs), tokens=args.tokens, token_multiple=args.token_multiple
     )

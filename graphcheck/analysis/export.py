@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -65,7 +66,14 @@ from graphcheck.varlen import (
     stage_inputs,
 )
 
-__all__ = ["EXAMPLE_DOCS", "Exported", "accepted_inputs", "example_inputs", "export_model"]
+__all__ = [
+    "EXAMPLE_DOCS",
+    "Exported",
+    "accepted_inputs",
+    "autograd_functions",
+    "example_inputs",
+    "export_model",
+]
 
 
 @dataclass
@@ -198,6 +206,56 @@ def export_model(
     )  # fmt: skip
     exported.symbols = _symbol_names(exported)
     return exported
+
+
+def autograd_functions(
+    model: nn.Module, mode, batch: ExampleBatch, convention: Convention | str | None = None
+) -> tuple[str, ...]:
+    """The user ``torch.autograd.Function`` classes ``model``'s forward applies (built
+    under fake ``mode``; run once with gradients on the example ``batch``): the export
+    keeps their forward only, so the backward proof must not stand in a derived backward
+    for their own. Read from the autograd graph the forward records, whatever the
+    function is called; torch's own (reentrant checkpointing, which recomputes the
+    forward) are not listed."""
+    rules = _convention(model, convention)
+    names, wrap = roles(model, rules, batch.docs)
+    with _forward_over(model, names if wrap else None, rules), mode, torch.enable_grad():
+        args = tuple(example_inputs(names, 0, batch.docs).values())
+        out = model(*args)
+    found: set[str] = set()
+    seen: set = set()
+    stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        cls = getattr(fn, "_forward_cls", None)
+        if cls is not None and not cls.__module__.startswith("torch."):
+            found.add(_where(cls))
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    return tuple(sorted(found))
+
+
+def _where(cls: type) -> str:
+    """``Name (file.py:line)`` of a class, the file relative to the working directory."""
+    try:
+        _, line = inspect.getsourcelines(cls)
+        path = os.path.relpath(inspect.getsourcefile(cls) or "?")
+    except (OSError, TypeError):
+        return cls.__qualname__
+    return f"{cls.__qualname__} ({path}:{line})"
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, tuple | list):
+        return [t for item in value for t in _tensors(item)]
+    return [t for item in vars(value).values() for t in _tensors(item)] if hasattr(
+        value, "__dict__") else []  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from graphcheck.errors import AnalysisError
 from graphcheck.model.layout import Layout
 from graphcheck.varlen import Taint
 
-__all__ = ["Program", "analyse"]
+__all__ = ["Program", "analyse", "tokens_of"]
 
 
 @dataclass
@@ -60,6 +60,8 @@ class Program:
     validated: dict = field(default_factory=dict)
     # GC403: control flow that chooses by the packed length (a cond on T) -> reason
     length_branches: dict[torch.fx.Node, str] = field(default_factory=dict)
+    # the backward program's proof (--backward: analysis/backward.BackwardProof), or None
+    gradients: object | None = None
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -144,7 +146,7 @@ def analyse(
     user = dict(zip(exported.program.graph_signature.user_inputs, exported.inputs, strict=False))
     taint = PropagateTaintPass(regions.region, user)
     taint.run(graph)
-    tokens = _tokens(exported)
+    tokens = tokens_of(exported)
     locality = PropagateLocalityPass(exported.program.graph_module, user, tokens, exported.rows)
     locality.token_local = token_local
     locality.run(graph)
@@ -179,7 +181,7 @@ def analyse(
     return program
 
 
-def _tokens(exported: Exported) -> Tokens:
+def tokens_of(exported: Exported) -> Tokens:
     """The packed length T for the locality pass: its expressions (``s0``; ``4*s0``
     under ``--token-multiple 4``) and the symbols they are built from."""
     length = {sym for sym, name in exported.symbols.items() if name == "T"}

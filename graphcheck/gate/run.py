@@ -167,7 +167,10 @@ def gate(
     (``--output-fqn``) names what is compared instead of the returned tensor; ``init``
     (``--init``) the model's init method (:mod:`graphcheck.gate.tensors`).
     ``tolerance`` is deprecated and ignored: document isolation is exact. Raises
-    :class:`graphcheck.errors.GraphcheckError` when it cannot run."""
+    :class:`graphcheck.errors.GraphcheckError` when it cannot run. With ``train`` the
+    static proof covers the backward program too (``backward``)."""
+    if train and str(options.get("program_mode", "train")) == "train":
+        options.setdefault("backward", True)
     runner = Gate(
         model, seed=seed, allow_fp32=allow_fp32, head=head, output_fqn=output_fqn, init=init,
         **options,

@@ -91,11 +91,16 @@ class Session:
         dtype: BuildDtype | str = BuildDtype.BFLOAT16,
         allow_fp32: Sequence[str] = (),
         inputs_from: str | None = None,
+        backward: bool = False,
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
         self.dtype, self.allow_fp32 = build_dtype(dtype), check_globs(allow_fp32)
         self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
         self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
+        if backward and self.program_mode != ProgramMode.TRAIN:
+            raise UsageError("--backward proves the training step's backward: it needs "
+                             "--mode train")  # fmt: skip
+        self.backward = backward  # prove the backward program too
         self.boundary_state = _state(boundary_state)
         check_name(inputs_from)
         check_spec(model)  # after the options, as the command line says a bad flag first

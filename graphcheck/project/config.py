@@ -70,7 +70,7 @@ __all__ = [
 LOCK_NAME = "graphcheck.lock"
 TOP_KEYS = ("checks", "ignore", "require_stage_programs", "select")
 MODEL_KEYS = (
-    "allow_fp32", "boundary_state", "docs", "dtype", "inputs", "inputs_from", "kernels",
+    "allow_fp32", "backward", "boundary_state", "docs", "dtype", "inputs", "inputs_from", "kernels",
     "layers", "mode", "outputs", "set", "stand_ins", "strict", "token_multiple", "tokens",
 )  # fmt: skip
 PLAN_KEYS = ("cuts", "layout", "stages")
@@ -402,6 +402,7 @@ _VALUES: dict[str, Callable] = {
     "set": _of(dict, what="a table of config keys, e.g. { num_hidden_layers = 4 }"),
     "stand_ins": _of(bool, what="true or false"),
     "strict": _of(bool, what="true or false"),
+    "backward": _of(bool, what="true or false"),
     "token_multiple": _of(int, what="an integer"),
     "tokens": _of(int, what="an integer"),
 }  # fmt: skip

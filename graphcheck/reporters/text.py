@@ -57,7 +57,23 @@ def _header(report: Report) -> list[str]:
         [_programs_line(report.tokens["programs"])] if (report.tokens or {}).get("programs") else []
     )
     lines += [attention_line(report.attention)] if report.attention else []
-    return lines + [kernel_line(k) for k in report.kernels]
+    lines += [kernel_line(k) for k in report.kernels]
+    return lines + ([backward_line(report.backward)] if report.backward is not None else [])
+
+
+def backward_line(backward: dict) -> str:
+    """Whether the training step's backward program was proven (train mode).
+
+    >>> print(backward_line({"checked": False}))
+      backward: not proven (--backward proves the training step's gradients too)
+    >>> print(backward_line({"checked": True, "proven": True, "ops": 1995, "seconds": 6.4}))
+      backward: proven (1995 ops, 6.4 s)
+    """
+    if not backward["checked"]:
+        return "  backward: not proven (--backward proves the training step's gradients too)"
+    said = "proven" if backward["proven"] else "NOT proven (see GC401)"
+    ops = f" ({backward['ops']} ops, {backward['seconds']} s)" if backward.get("ops") else ""
+    return f"  backward: {said}{ops}"
 
 
 def kernel_line(check: dict) -> str:

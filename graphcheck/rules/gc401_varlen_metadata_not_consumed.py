@@ -41,6 +41,8 @@ Fix
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from graphcheck.diagnostics import Diagnostic, module_path
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
@@ -70,4 +72,33 @@ def check(ctx) -> list[Diagnostic]:
             "op inside documents (varlen kernels with cu_seq_lens, masks from document ids)"
         )
         found.append(Diagnostic.at(CODE, NAME, message, node=nodes[0]))
+    return found + _backward(program.gradients, program.layout)
+
+
+def _backward(proof, layout) -> list[Diagnostic]:
+    """``--backward``: the backward program's leaks, one per module and reason, and the
+    ``autograd.Function`` backwards it could not hold."""
+    if proof is None:
+        return []
+    found = [
+        Diagnostic(CODE, NAME, (
+            f"backward not proven: `{name}` is a torch.autograd.Function, and the export "
+            "keeps its forward only, so its own backward cannot be checked; write it as a "
+            "torch.library.custom_op with register_autograd (its backward is then traced)"
+        ))
+        for name in proof.functions
+    ]  # fmt: skip
+    groups: dict[tuple[str, str], list] = {}
+    for node, reason in proof.leaks.items():
+        groups.setdefault((module_path(node) or "", reason), []).append(node)
+    for (_, reason), nodes in groups.items():
+        more = f" ({len(nodes)} such ops here)" if len(nodes) > 1 else ""
+        message = (
+            f"in the backward program: {reason}{more}: the training step's gradients of one "
+            "document depend on the others; give the op a gradient that keeps to each "
+            "token's (or document's) rows"
+        )
+        at = Diagnostic.at(CODE, NAME, message, node=nodes[0])  # its name: of the joint graph
+        layer = layout.layer_of(at.module) if at.module else None
+        found.append(replace(at, node=f"{at.node} (backward)", layer=layer))
     return found

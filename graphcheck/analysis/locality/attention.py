@@ -25,7 +25,7 @@ from graphcheck.analysis.locality.domain import (
 )
 from graphcheck.analysis.locality.registry import register
 
-__all__ = ["sdpa", "varlen"]
+__all__ = ["sdpa", "separates", "varlen"]
 
 aten = torch.ops.aten
 
@@ -62,16 +62,21 @@ def sdpa(interp: Interp, node: torch.fx.Node):
     """SDPA isolates documents only through a mask that is false (or ``-inf``) across
     documents."""
     bound = bind(node)
-    mask = interp.val(bound.get("attn_mask"))
-    g = mask.guard if mask is not None else None
-    n = len(mask.toks) if mask is not None else 0
-    proven = (
-        g is not None and g.fill in (Fill.ZERO, Fill.NEGINF) and {g.row, g.col} == {n - 2, n - 1}
-    ) and not chunks.place_guard(mask)
     why = "attention without a document mask (is_causal, or a mask that does not separate "
     why += "documents)"
     data = [bound.get("query"), bound.get("key"), bound.get("value"), bound.get("attn_mask")]
-    return _doc_attention(interp, node, data, proven, why)
+    return _doc_attention(interp, node, data, separates(interp, bound.get("attn_mask")), why)
+
+
+def separates(interp: Interp, mask) -> bool:
+    """Whether SDPA's ``mask`` is false (or ``-inf``) across documents on its query and
+    key dims."""
+    mask = interp.val(mask)
+    g = mask.guard if mask is not None else None
+    n = len(mask.toks) if mask is not None else 0
+    return (
+        g is not None and g.fill in (Fill.ZERO, Fill.NEGINF) and {g.row, g.col} == {n - 2, n - 1}
+    ) and not chunks.place_guard(mask)
 
 
 @register("torch_attn::_varlen_attn.default")

@@ -143,6 +143,10 @@ def _einsum(interp, node, vals: list[Val], letters: list[str], out: str) -> Val:
         return Val(toks, **carry(vals), guard=_kept_guard(vals, letters, out))
     if len(summed) == 1 and _masked(vals, letters, summed[0], out):
         return Val(toks, **{**carry(vals), "dep": Dep.DOC})
+    if all(t is None for t in toks) and not _bias(
+        node
+    ):  # a bias would count once, not per document
+        interp.sums.add(node)
     what = f"`{op_name(node.target)}` sums over the token dimension"
     return interp.leak(node, what + " without a document mask (tokens of all documents meet)")
 

@@ -194,6 +194,9 @@ class Interp:
         self.validated: dict[str, object] = {}  # custom op -> its OpCheck (kernels/validation)
         self.token_local: frozenset[str] = frozenset()  # custom ops declared token-local
         self.length_branches: dict[torch.fx.Node, str] = {}  # control flow on T (GC403)
+        # plain sums of every token into a value with no token dim (a weight's gradient):
+        # the backward proof admits them where a parameter's gradient is accumulated
+        self.sums: set[torch.fx.Node] = set()
 
     def val(self, arg) -> Val | None:
         """The abstract value of an argument; ``None`` for Python constants."""

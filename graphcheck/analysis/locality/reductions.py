@@ -78,6 +78,8 @@ def _over_tokens(interp, node, src: Val, dims: list[int], keep: bool):
     ok = len(reduced) == 1 and guard is not None and reduced[0] in (guard.row, guard.col)
     if ok and guard.fill == neutral and src.dep <= Dep.DOC:
         return Val(tuple(toks), **{**carry([src]), "dep": Dep.DOC})
+    if base == "sum" and all(t is None for t in toks):
+        interp.sums.add(node)
     return interp.leak(node, f"{base} over the token dimension without a document mask", toks)
 
 

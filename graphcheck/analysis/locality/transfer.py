@@ -32,6 +32,7 @@ from graphcheck.analysis.locality import (
     conv,
     custom,
     factories,
+    gradients,
     groups,
     hop,
     indexing,
@@ -66,6 +67,7 @@ FAMILIES = (
     shifts,
     conv,
     attention,
+    gradients,
     custom,
 )
 

@@ -49,7 +49,7 @@ from graphcheck.analysis.passes.base import NodePass
 from graphcheck.analysis.passes.link_mutations_pass import written_arguments
 from graphcheck.varlen import BY_NAME, Structure
 
-__all__ = ["PropagateLocalityPass"]
+__all__ = ["PropagateLocalityPass", "flat"]
 
 # The varlen inputs that are structure, not token data (by their row's ``structure``):
 # the kind of value they start as and how they depend on tokens.
@@ -154,14 +154,14 @@ class PropagateLocalityPass(NodePass, Interp):
             else:
                 state.setdefault(root, []).append(written)
         for root, writes in state.items():
-            origins = {o for w in writes for v in _flat(self.vals.get(w)) for o in v.leaks}
+            origins = {o for w in writes for v in flat(self.vals.get(w)) for o in v.leaks}
             kept = {o: self.reasons.get(o, "mixes tokens") for o in origins - set(self.leaks)}
             if kept:
                 self.step_state[root] = kept
 
     def collect(self, node: torch.fx.Node) -> None:
         """Record the leak and fabrication origins that reach ``node``'s value."""
-        for val in _flat(self.vals.get(node)):
+        for val in flat(self.vals.get(node)):
             for origin in val.leaks:
                 self.leaks.setdefault(origin, self.reasons.get(origin, "mixes tokens"))
             for origin in val.absolute:
@@ -185,11 +185,11 @@ def _sizes_of(val, size: int):
     return []
 
 
-def _flat(val) -> list[Val]:
+def flat(val) -> list[Val]:
     if isinstance(val, Val):
         return [val]
     if isinstance(val, (tuple, list)):
-        return [v for item in val for v in _flat(item)]
+        return [v for item in val for v in flat(item)]
     return []
 
 

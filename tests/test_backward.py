@@ -1,0 +1,104 @@
+"""The backward program proven (graphcheck/analysis/backward.py, ``--backward``).
+
+The joint program of the exported forward is interpreted op by op like the forward; a
+parameter's gradient may sum every token, nothing else of the backward may mix
+documents. fixtures/trained_kernels.py holds a norm whose forward keeps to its token
+with a per-token backward (proven), one whose backward centres over the tokens (GC401
+in the backward, at the norm) and an autograd.Function (its own backward is not in the
+export: GC401, fail closed). The gate's --train gradient tests agree.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from harness import ROOT, explorer, spec
+
+from graphcheck.gate import Gate
+
+KERNELS = str(ROOT / "fixtures/kernels/trained.py")
+
+
+def _report(name: str, **options):
+    found = explorer(name, kernels=KERNELS if "trained" in name else None, **options)
+    return found.verify([4])
+
+
+def _backward(report) -> list:
+    return [d for d in report.errors if d.node and d.node.endswith("(backward)")]
+
+
+def test_the_reference_decoders_backward_is_proven():
+    report = _report("reference:reference", backward=True)
+    assert (report.verdict, report.codes) == ("pass", set())
+    assert report.backward["checked"] and report.backward["proven"]
+    assert report.backward["ops"] > 1500  # the joint program, forward and backward
+    assert report.as_dict()["backward"]["proven"] is True
+
+
+def test_a_custom_ops_own_per_token_backward_is_proven():
+    report = _report("trained_kernels:norm_with_backward", backward=True)
+    assert (report.verdict, report.codes) == ("pass", set())
+    assert report.backward["proven"]
+
+
+def test_a_backward_that_mixes_documents_is_gc401_at_the_module_it_differentiates():
+    report = _report("trained_kernels:norm_backward_over_tokens", backward=True)
+    assert report.codes == {"GC401"}
+    (found,) = _backward(report)
+    assert found.message.startswith(
+        "in the backward program: mean over the token dimension without a document mask"
+    )
+    assert found.module == "model.layers.7.post_attention_layernorm"
+    assert found.layer == 7
+    assert not report.backward["proven"]
+    assert [c.verdict for c in report.cuts] == ["pass"]  # the forward crossing is sound
+
+
+def test_without_the_flag_the_pass_says_the_backward_was_not_proven():
+    report = _report("trained_kernels:norm_backward_over_tokens")
+    assert report.verdict == "pass"
+    assert report.backward == {"checked": False}
+
+
+def test_an_autograd_function_fails_closed_naming_it():
+    report = _report("trained_kernels:function_norm", backward=True)
+    assert report.codes == {"GC401"}
+    (found,) = report.errors
+    source = (ROOT / "fixtures/trained_kernels.py").read_text().splitlines()
+    line = source.index("class _Function(torch.autograd.Function):") + 1
+    where = f"_Function (fixtures/trained_kernels.py:{line})"
+    assert found.message.startswith(f"backward not proven: `{where}` is a torch.autograd.Function")
+    assert report.backward["functions"] == [where]
+
+
+def test_backward_in_eval_mode_is_a_usage_error():
+    run = subprocess.run(
+        [sys.executable, "-m", "graphcheck", "verify", spec("reference:reference"),
+         "--cuts", "4", "--mode", "eval", "--backward"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "graphcheck: error: --backward proves the training step's backward: it needs --mode train"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "static", "isolated"),
+    [
+        ("norm_with_backward", "pass", True),
+        ("norm_backward_over_tokens", "fail", False),
+        # fail closed: the export drops the function's own (correct) backward
+        ("function_norm", "fail", True),
+    ],
+)
+def test_the_gate_with_train_agrees(name, static, isolated):
+    fixture = f"trained_kernels:{name}"
+    gate = Gate(spec(fixture), kernels=KERNELS, backward=True)
+    gated = gate.run([4], docs=(23, 9, 31, 4), train=True)
+    assert gated.static_verdict == static
+    assert gated.isolation.forward_holds  # the forward keeps documents apart in every one
+    assert gated.isolation.gradients.holds is isolated, gated.isolation.gradients
