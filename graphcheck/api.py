@@ -292,9 +292,15 @@ class Explorer:
         """The backward program of ``exported``, proven (``--backward``)."""
         session = self.session
         with progress.phase(progress.Phase.ANALYSE), patched(session.module, session.stand_ins):
-            functions = autograd_functions(
-                session.module, session.mode, session.batch, session.convention
-            )
+            try:
+                functions = autograd_functions(
+                    session.module, session.mode, session.batch, session.convention
+                )
+            except GraphcheckError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the model's own forward with gradients
+                message = f"the backward program cannot be built: {_first_line(err)}"
+                raise AnalysisError(message) from None
             return prove_backward(exported, tokens_of(exported), session.token_local, functions)
 
     def plan(self, cuts: Sequence[int] | None = None, stages: int | None = None) -> StagePlan:
@@ -698,6 +704,8 @@ def _backward(ctx: Context, cases: list[Context]) -> dict | None:
         "ops": sum(proof.nodes for proof in proofs),
         "seconds": round(sum(proof.seconds for proof in proofs), 2),
         "functions": sorted({name for proof in proofs for name in proof.functions}),
+        **({"why": why} if (why := next((p.unproven for p in proofs if p.unproven), "")) else {}),
+        **({"refused": r} if (r := next((p.refused for p in proofs if p.refused), "")) else {}),
     }
 
 

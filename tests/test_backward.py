@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import ROOT, explorer, spec
+from harness import ROOT, RuleExplorer, explorer, spec
 
 from graphcheck.gate import Gate
 
@@ -57,6 +57,44 @@ def test_a_backward_that_mixes_documents_is_gc401_at_the_module_it_differentiate
     assert [c.verdict for c in report.cuts] == ["pass"]  # the forward crossing is sound
 
 
+@pytest.mark.parametrize("attention", [None, "sdpa"])
+def test_a_transformers_decoders_backward_is_proven(attention):
+    """With sdpa the joint program rebuilds transformers' packed mask from decomposed
+    ops (``diff`` as ``cat`` and slices, ``where`` of ``scalar_tensor`` fills): still
+    proven, as the forward is."""
+    settings = {"num_hidden_layers": 2, **({"attn_implementation": attention} if attention else {})}
+    report = RuleExplorer("hf:llama", settings=settings, backward=True).verify([1])
+    assert (report.verdict, report.codes) == ("pass", set())
+    assert report.backward["proven"]
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss", "gemma2"])
+def test_moe_and_stand_in_backwards_are_proven(family):
+    """Token-choice MoE: each gather's backward scatters the gradient back through the
+    same permutation, each expert weight's gradient sums its own group; gemma2: the
+    varlen stand-in's own backward, and a tied embedding read under one name only."""
+    settings = {"num_hidden_layers": 2}
+    report = RuleExplorer(f"hf:{family}", settings=settings, backward=True).verify([1])
+    assert report.backward["proven"], [d.message for d in report.errors]
+
+
+def test_embedding_gradients_scaled_by_frequency_are_gc401_at_the_embedding():
+    report = _report("trained_kernels:embedding_scaled_by_frequency", backward=True)
+    (found,) = _backward(report)
+    assert "scale_grad_by_freq" in found.message
+    assert found.module == "model.embed_tokens"
+
+
+def test_a_backward_that_fixes_the_length_is_refused_and_the_forward_stays_symbolic():
+    found = RuleExplorer("hf:deepseek_v3", settings={"num_hidden_layers": 2}, backward=True)
+    report = found.verify([1])
+    refused = [d for d in report.errors if d.message.startswith("backward not proven")]
+    assert len(refused) == 1 and "fixed T to 29" in refused[0].message
+    assert report.codes == {"GC401", "GC501"}  # as without the flag, but the refusal
+    ids = next(n for n in found.program.graph.nodes if n.name == "input_ids")
+    assert str(ids.meta["val"].shape[1]) == "s70"  # what the trace fixed was taken back
+
+
 def test_without_the_flag_the_pass_says_the_backward_was_not_proven():
     report = _report("trained_kernels:norm_backward_over_tokens")
     assert report.verdict == "pass"
@@ -93,6 +131,7 @@ def test_backward_in_eval_mode_is_a_usage_error():
         ("norm_backward_over_tokens", "fail", False),
         # fail closed: the export drops the function's own (correct) backward
         ("function_norm", "fail", True),
+        ("embedding_scaled_by_frequency", "fail", False),
     ],
 )
 def test_the_gate_with_train_agrees(name, static, isolated):

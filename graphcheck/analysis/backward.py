@@ -31,16 +31,19 @@ reported instead of proving a derived backward in its place. ``torch``'s own fun
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import operator
 import time
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 
 from graphcheck.analysis.export import Exported
-from graphcheck.analysis.locality import Tokens
+from graphcheck.analysis.locality import Tokens, meta_toks
 from graphcheck.analysis.passes.propagate_locality_pass import PropagateLocalityPass, flat
 from graphcheck.errors import AnalysisError
 
@@ -60,10 +63,12 @@ class BackwardProof:
     functions: tuple[str, ...] = ()
     seconds: float = 0.0
     nodes: int = 0
+    unproven: str = ""  # why no proof was attempted (the forward's own finding says more)
+    refused: str = ""  # why the joint program proves nothing for every T (GC401)
 
     @property
     def proven(self) -> bool:
-        return not self.leaks and not self.functions
+        return not (self.leaks or self.functions or self.unproven or self.refused)
 
 
 def prove_backward(
@@ -73,9 +78,19 @@ def prove_backward(
     user ``autograd.Function`` classes its forward applies
     (:func:`graphcheck.analysis.export.autograd_functions`)."""
     start = time.perf_counter()
+    if not tokens:  # the export fixed T: no dim is known to run over the tokens (GC403)
+        return BackwardProof(None, unproven="the export fixed T (see GC401, GC403)")
     if functions:
         return BackwardProof(None, functions=functions, seconds=time.perf_counter() - start)
-    joint, inputs = _joint(exported)
+    env = detect_fake_mode(
+        [n.meta.get("val") for n in exported.program.graph.nodes if n.op == "placeholder"]
+    ).shape_env
+    with _shapes_kept(env) as fixed:
+        joint, inputs = _joint(exported)
+        fixed.extend(_fixed(env, tokens))
+    if fixed:
+        why = f"tracing the backward fixed T to {fixed[0]}, so it would hold for that length only"
+        return BackwardProof(None, refused=why, seconds=time.perf_counter() - start)
     interp = PropagateLocalityPass(joint, inputs, tokens, exported.rows)
     interp.token_local = token_local
     interp.run(joint.graph)
@@ -85,7 +100,7 @@ def prove_backward(
         for origin in _origins(interp, joint.graph)
         if origin not in forward
     }
-    _locate(joint, exported, leaks)
+    _locate(joint, exported, leaks, tokens)
     seconds = time.perf_counter() - start
     return BackwardProof(joint, leaks, seconds=seconds, nodes=len(joint.graph.nodes))
 
@@ -133,10 +148,13 @@ def _joint(exported: Exported) -> tuple[torch.fx.GraphModule, dict[str, str]]:
                             "tensor to take a loss of")  # fmt: skip
     with mode:
         args = [torch.empty(v) if i in sizes else v for i, v in enumerate(vals)]
+        for i, holder in enumerate(holders):  # a tied weight's second name reads nothing
+            if not holder.users and isinstance(args[i], torch.Tensor):
+                args[i] = args[i].detach()
         args += [torch.empty(results[i].shape, dtype=torch.float32) for i in floats]
         try:
             with torch.fx.traceback.preserve_node_meta():
-                joint, _ = aot_export_module(
+                joint, signature = aot_export_module(
                     _Loss(program.graph_module, sizes, floats), args,
                     trace_joint=True, output_loss_index=0,
                 )  # fmt: skip
@@ -144,6 +162,8 @@ def _joint(exported: Exported) -> tuple[torch.fx.GraphModule, dict[str, str]]:
             raise AnalysisError(
                 f"the backward program cannot be built: {_first_line(err)}"
             ) from None
+    grads = signature.backward_signature.gradients_to_user_inputs
+    joint.meta["graphcheck_gradients"] = dict(grads)  # gradient output -> its input
     return joint, _input_names(exported, joint, len(holders))
 
 
@@ -154,6 +174,41 @@ def _input_names(exported: Exported, joint: torch.fx.GraphModule, count: int) ->
     names = {holders[i].name: name for i, name in zip(user, exported.inputs, strict=False)}
     names.update({n.name: f"tangent{k}" for k, n in enumerate(holders[count:])})
     return names
+
+
+@contextlib.contextmanager
+def _shapes_kept(env):
+    """Whatever tracing the joint program adds to the shape environment (a size it
+    fixed, a relation it guards) is taken back: the forward's sizes stay symbolic for
+    every later reader. Yields a list to collect what was fixed in."""
+    kept = {k: copy.copy(v) for k, v in vars(env).items() if type(v) in (dict, list, set)}
+    fixed: list = []
+    try:
+        yield fixed
+    finally:
+        for name, value in kept.items():  # the same objects: other holders see them too
+            held = getattr(env, name)
+            held.clear()
+            held.update(value) if not isinstance(held, list) else held.extend(value)
+        for counter in ("_replacements_version_counter", "_version_counter"):
+            if isinstance(getattr(env, counter, None), int):  # every cached reading is stale
+                setattr(env, counter, getattr(env, counter) + 1)
+        getattr(env, "_update_version_counter", lambda: None)()
+
+
+def _fixed(env, tokens: Tokens) -> list[str]:
+    """The values the trace fixed a symbol of T to."""
+    found = []
+    for name in tokens.length:
+        value = env.replacements.get(sympy.Symbol(name, integer=True, positive=True))
+        value = value if value is not None else _by_name(env.replacements, name)
+        if value is not None and value.is_number:
+            found.append(str(value))
+    return found
+
+
+def _by_name(replacements: dict, name: str):
+    return next((v for k, v in replacements.items() if str(k) == name), None)
 
 
 def _first_line(err: BaseException) -> str:
@@ -213,11 +268,30 @@ def _summing(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
-def _has_tokens(interp: PropagateLocalityPass, node: torch.fx.Node) -> bool:
-    return any(any(t is not None for t in v.toks) for v in flat(interp.vals.get(node)))
+def _has_tokens(interp, node: torch.fx.Node) -> bool:
+    """Whether a value of ``node`` has a dim of the packed length (by its shape);
+    ``interp``: the interpretation, or the :class:`Tokens` themselves."""
+    tokens = interp if isinstance(interp, Tokens) else interp.tokens
+    val = node.meta.get("val")
+    vals = val if isinstance(val, tuple | list) else [val]
+    return any(any(t is not None for t in meta_toks(v, tokens)) for v in vals)
 
 
-def _locate(joint: torch.fx.GraphModule, exported: Exported, nodes) -> None:
+def _gradient_of(node: torch.fx.Node, gradient: dict) -> str | None:
+    """The parameter whose gradient ``node`` is (through views and sums of gradients)."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current in seen or len(seen) > 16:
+            continue
+        seen.add(current)
+        if gradient.get(current.name):
+            return gradient[current.name]
+        stack.extend(u for u in current.users if u.op == "call_function")
+    return None
+
+
+def _locate(joint: torch.fx.GraphModule, exported: Exported, nodes, tokens: Tokens) -> None:
     """Give each backward op of ``nodes`` the module of the parameter it reads nearest
     (the joint program keeps no module paths): the weight whose gradient, or the
     module whose backward, it computes."""
@@ -228,7 +302,14 @@ def _locate(joint: torch.fx.GraphModule, exported: Exported, nodes) -> None:
         for holder, spec in zip(holders, specs, strict=False)
         if spec.kind.name == "PARAMETER" and spec.target
     }
+    of = {holder.name: owner[holder] for holder in owner}
+    gradient = {name: of.get(held) for name, held in joint.meta["graphcheck_gradients"].items()}
     for node in nodes:
+        param = None if _has_tokens(tokens, node) else _gradient_of(node, gradient)
+        if param is not None:  # it computes this weight's gradient
+            module = param.rsplit(".", 1)[0]
+            node.meta["nn_module_stack"] = {module: (module, "")}
+            continue
         frontier, seen = [node], {node}
         while frontier and not any(n in owner for n in frontier):
             frontier = [a for n in frontier for a in n.all_input_nodes if a not in seen]

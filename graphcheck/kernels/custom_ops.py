@@ -29,7 +29,12 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-__all__ = ["causal_conv1d", "chunk_gated_delta_rule", "varlen_attention"]
+__all__ = [
+    "causal_conv1d",
+    "chunk_gated_delta_rule",
+    "varlen_attention",
+    "varlen_attention_backward",
+]
 
 
 def _bounds(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
@@ -37,25 +42,9 @@ def _bounds(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cu))
 
 
-@torch.library.custom_op("graphcheck::varlen_attention", mutates_args=())
-def varlen_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    cu_seq_lens_q: torch.Tensor,
-    cu_seq_lens_k: torch.Tensor,
-    max_length_q: int,
-    max_length_k: int,
-    scale: float,
-    window_left: int,
-    causal: bool,
-    softcap: float,
-    sinks: torch.Tensor | None,
-) -> torch.Tensor:
-    """Attention over packed documents: q ``[T, H, D]``, k/v ``[T, Hkv, D(v)]``.
-
-    ``window_left`` -1 means no window; ``softcap`` 0 means none; ``sinks``
-    ``[H]`` adds one learned logit per head to every softmax denominator."""
+def _attend(query, key, value, cu_seq_lens_q, cu_seq_lens_k, scale, window_left, causal,
+            softcap, sinks) -> torch.Tensor:  # fmt: skip
+    """The varlen attention of every document alone (see :func:`varlen_attention`)."""
     out = query.new_zeros(query.shape[0], query.shape[1], value.shape[-1])
     groups = query.shape[1] // key.shape[1]
     for (qs, qe), (ks, ke) in zip(_bounds(cu_seq_lens_q), _bounds(cu_seq_lens_k), strict=True):
@@ -80,9 +69,87 @@ def varlen_attention(
     return out
 
 
+@torch.library.custom_op("graphcheck::varlen_attention", mutates_args=())
+def varlen_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seq_lens_q: torch.Tensor,
+    cu_seq_lens_k: torch.Tensor,
+    max_length_q: int,
+    max_length_k: int,
+    scale: float,
+    window_left: int,
+    causal: bool,
+    softcap: float,
+    sinks: torch.Tensor | None,
+) -> torch.Tensor:
+    """Attention over packed documents: q ``[T, H, D]``, k/v ``[T, Hkv, D(v)]``.
+
+    ``window_left`` -1 means no window; ``softcap`` 0 means none; ``sinks``
+    ``[H]`` adds one learned logit per head to every softmax denominator."""
+    return _attend(query, key, value, cu_seq_lens_q, cu_seq_lens_k, scale, window_left,
+                   causal, softcap, sinks)  # fmt: skip
+
+
+@torch.library.custom_op("graphcheck::varlen_attention_backward", mutates_args=())
+def varlen_attention_backward(
+    grad: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seq_lens_q: torch.Tensor,
+    cu_seq_lens_k: torch.Tensor,
+    max_length_q: int,
+    max_length_k: int,
+    scale: float,
+    window_left: int,
+    causal: bool,
+    softcap: float,
+    sinks: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`varlen_attention` (query, key, value, sinks: empty when
+    it has none), each document's from that document alone."""
+    inputs = [t.detach().requires_grad_() for t in (query, key, value)]
+    held = sinks.detach().requires_grad_() if sinks is not None else None
+    with torch.enable_grad():
+        out = _attend(*inputs, cu_seq_lens_q, cu_seq_lens_k, scale, window_left, causal,
+                      softcap, held)  # fmt: skip
+        wrt = [*inputs, *([held] if held is not None else [])]
+        grads = torch.autograd.grad(out, wrt, grad, allow_unused=True)
+    grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt, strict=True)]
+    return (*grads[:3], grads[3] if held is not None else query.new_zeros(0))
+
+
+@varlen_attention_backward.register_fake
+def _(grad, query, key, value, *rest):
+    sinks = rest[-1]
+    tail = sinks.new_empty(sinks.shape) if sinks is not None else query.new_empty(0)
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(
+        value.shape), tail  # fmt: skip
+
+
+def _setup(ctx, inputs, output) -> None:
+    query, key, value, cu_q, cu_k, *sizes, sinks = inputs
+    ctx.save_for_backward(query, key, value, cu_q, cu_k, sinks)
+    ctx.sizes = sizes
+
+
+def _backward(ctx, grad):
+    query, key, value, cu_q, cu_k, sinks = ctx.saved_tensors
+    dq, dk, dv, ds = torch.ops.graphcheck.varlen_attention_backward(
+        grad, query, key, value, cu_q, cu_k, *ctx.sizes, sinks
+    )
+    return dq, dk, dv, None, None, None, None, None, None, None, None, (
+        ds if sinks is not None else None)  # fmt: skip
+
+
 @varlen_attention.register_fake
 def _(query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, *rest):
     return query.new_empty(query.shape[0], query.shape[1], value.shape[-1])
+
+
+varlen_attention.register_autograd(_backward, setup_context=_setup)
 
 
 @torch.library.custom_op("graphcheck::chunk_gated_delta_rule", mutates_args=())

@@ -71,7 +71,8 @@ def backward_line(backward: dict) -> str:
     """
     if not backward["checked"]:
         return "  backward: not proven (--backward proves the training step's gradients too)"
-    said = "proven" if backward["proven"] else "NOT proven (see GC401)"
+    why = backward.get("why") or "see GC401"
+    said = "proven" if backward["proven"] else f"NOT proven ({why})"
     ops = f" ({backward['ops']} ops, {backward['seconds']} s)" if backward.get("ops") else ""
     return f"  backward: {said}{ops}"
 

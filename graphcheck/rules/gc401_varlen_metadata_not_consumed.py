@@ -88,6 +88,9 @@ def _backward(proof, layout) -> list[Diagnostic]:
         ))
         for name in proof.functions
     ]  # fmt: skip
+    if proof.refused:
+        found.append(Diagnostic(CODE, NAME, f"backward not proven: {proof.refused}; the "
+                                "backward of some op depends on the packed length"))  # fmt: skip
     groups: dict[tuple[str, str], list] = {}
     for node, reason in proof.leaks.items():
         groups.setdefault((module_path(node) or "", reason), []).append(node)

@@ -12,17 +12,21 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from graphcheck.analysis.layout_terms import TOKEN, substitute, term_of
 from graphcheck.analysis.locality.domain import (
     Interp,
     Kind,
+    Tok,
     Val,
     _src,
     bind,
     carry,
     has_tokens,
+    is_one,
     meta_toks,
     ndim_of,
     norm_dim,
+    shape_of,
     unknown,
 )
 from graphcheck.analysis.locality.registry import register
@@ -52,10 +56,32 @@ def cat(interp: Interp, node: torch.fx.Node) -> Val:
                 return interp.leak(node, "concatenates tensors whose token dims do not line up")
             joined[i] = joined[i] or tok
     if joined[dim] is not None or toks[dim] is not None:
+        if (extended := _prepended(node, vals, dim, toks)) is not None:
+            return extended
         if has_tokens(vals):
             return interp.leak(node, "concatenates along the token dimension")
         return Val(toks, **carry(vals))
     return Val(tuple(joined), **carry(vals))
+
+
+def _prepended(node: torch.fx.Node, vals: list, dim: int, toks) -> Val | None:
+    """``cat([first, x], T)`` of functions of the layout, ``first`` one element long:
+    a function of the layout over the index ``j`` of ``0..T`` (``first`` at ``j = 0``,
+    ``x(j - 1)`` after), its dim not T itself (a slice of it back to T is: see
+    :func:`graphcheck.analysis.locality.views.slice_`). ``diff(x, prepend=first)`` as
+    AOT autograd writes it."""
+    tensors = list(node.args[0])
+    if len(vals) != 2 or any(v is None for v in vals):
+        return None
+    first, rest = (term_of(v) for v in vals)
+    shape = shape_of(tensors[0])
+    if first is None or rest is None or shape is None or not is_one(shape[dim]):
+        return None
+    if vals[0].token_dims or vals[1].toks[dim] != Tok("T", 1):
+        return None
+    term = ("ite", ("eq", TOKEN, ("int", 0)), first,
+            substitute(rest, ("sub", TOKEN, ("int", 1))))  # fmt: skip
+    return Val(toks, **carry(vals), kind=Kind.LAYOUT, extra=term)
 
 
 @register(aten.stack.default)

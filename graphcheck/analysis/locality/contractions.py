@@ -196,7 +196,25 @@ def grouped_mm(interp: Interp, node: torch.fx.Node) -> Val:
     rows, weight, offs = (interp.val(bound.get(k)) for k in ("self", "mat2", "offs"))
     if rows is None or not rows.token_dims:
         return Val(meta_toks(node.meta.get("val"), interp.tokens), **carry([rows, weight]))
+    if rows.toks[0] is None and len(rows.toks) == 2 and rows.toks[1] is not None:
+        return _grouped_sum(interp, node, (rows, weight, offs))
     axis = rows.toks[0].axis if rows.toks[0] is not None else ""
     if offs is None or offs.kind != Kind.OFFSETS or not groups_of_sort(node, offs, axis):
         return interp.leak(node, "grouped matmul whose groups are not those of its rows' sort")
     return Val((rows.toks[0], None), **carry([rows, weight]))
+
+
+def _grouped_sum(interp: Interp, node: torch.fx.Node, vals: tuple) -> Val:
+    """``_grouped_mm(x.T, g, offs)``: each group's rows summed (an expert weight's
+    gradient, ``[E, H, H']``): a plain sum of every token into its own group's result
+    when the groups are those of the rows' sort (a leak the backward proof admits where
+    it is a parameter's gradient)."""
+    rows, weight, offs = vals
+    axis = rows.toks[1].axis
+    if offs is None or offs.kind != Kind.OFFSETS or not groups_of_sort(node, offs, axis):
+        return interp.leak(node, "grouped matmul whose groups are not those of its rows' sort")
+    if (earlier := interp.passed_on(node, [rows, weight])) is not None:
+        return earlier.with_(toks=meta_toks(node.meta.get("val"), interp.tokens))
+    interp.sums.add(node)
+    why = "`_grouped_mm` sums the tokens of each group (an expert weight's gradient)"
+    return interp.leak(node, why, inputs=[rows, weight])

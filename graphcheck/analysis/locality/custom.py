@@ -76,6 +76,7 @@ def _described(interp: Interp, bound: dict) -> tuple[list[str], list[str]]:
 
 @register(
     "graphcheck::varlen_attention.default",
+    "graphcheck::varlen_attention_backward.default",
     "graphcheck::chunk_gated_delta_rule.default",
     "graphcheck::causal_conv1d.default",
 )

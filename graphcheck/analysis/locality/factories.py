@@ -74,6 +74,7 @@ _FACTORY = (
     aten.new_zeros.default,
     aten.new_ones.default,
     aten.new_empty.default,
+    aten.new_empty_strided.default,
     aten.new_full.default,
     aten.zeros_like.default,
     aten.ones_like.default,

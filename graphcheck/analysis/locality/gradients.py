@@ -29,13 +29,16 @@ from graphcheck.analysis.locality.domain import (
     meta_toks,
     norm_dim,
 )
+from graphcheck.analysis.locality.pointwise import pointwise
 from graphcheck.analysis.locality.registry import register
 
 __all__ = [
     "attention_backward",
+    "elementwise_backward",
     "embedding_backward",
     "norm_backward",
     "placed_back",
+    "scattered_back",
     "sdpa_backward",
     "softmax_backward",
 ]
@@ -63,7 +66,36 @@ def placed_back(interp: Interp, node: torch.fx.Node) -> Val:
             return earlier.with_(toks=toks)
         return interp.leak(node, "places a gradient back along the token dimension (the "
                            "backward of a slice of the tokens: a shift)", toks)  # fmt: skip
+    if grad is not None and len(grad.toks) == len(toks) and grad.toks[dim] is None:
+        toks = grad.toks  # the same rows (in the order they were in: a sort's, say)
     return Val(toks, **carry([grad]))
+
+
+@register(aten.slice_scatter.default, aten.select_scatter.default)
+def scattered_back(interp: Interp, node: torch.fx.Node) -> Val:
+    """``self`` with ``src`` written into a slice of ``dim``: along a feature dim each
+    token's rows come from its own rows of both; along a token dim rows move (fail
+    closed) unless ``src`` spans the whole dim."""
+    bound = bind(node)
+    vals = [interp.val(bound.get("self")), interp.val(bound.get("src"))]
+    toks = _out_toks(interp, node)
+    dim = norm_dim(bound.get("dim", 0), len(toks))
+    src = bound.get("src").meta.get("val")
+    whole = isinstance(src, torch.Tensor) and src.dim() == len(toks) and (
+        str(src.shape[dim]) == str(node.meta["val"].shape[dim]))  # fmt: skip
+    if toks[dim] is not None and not whole:
+        if (earlier := interp.passed_on(node, vals)) is not None:
+            return earlier.with_(toks=toks)
+        return interp.leak(node, "writes rows into a slice of the token dimension", toks)
+    base, part = vals
+    if base is not None and part is not None and len(part.toks) == len(base.toks):
+        others = [i for i in range(len(toks)) if i != dim]
+        if any(None not in (base.toks[i], part.toks[i]) and base.toks[i] != part.toks[i]
+               for i in others):  # fmt: skip
+            return interp.leak(node, "writes rows of one token order into another's", toks)
+    if base is not None and len(base.toks) == len(toks) and base.toks[dim] is None:
+        toks = base.toks  # the rows of ``self``, in their own order
+    return Val(toks, **carry(vals))
 
 
 def _whole(node: torch.fx.Node, bound: dict, dim: int) -> bool:
@@ -147,6 +179,27 @@ def softmax_backward(interp: Interp, node: torch.fx.Node) -> Val:
         return Val(toks, **{**carry(vals), "dep": Dep.DOC}, guard=g)
     return interp.leak(node, "the backward of a softmax over the token dimension without a "
                        "document mask")  # fmt: skip
+
+
+@register(
+    aten.sigmoid_backward.default,
+    aten.tanh_backward.default,
+    aten.gelu_backward.default,
+    aten.silu_backward.default,
+    aten.threshold_backward.default,
+    aten.hardtanh_backward.default,
+    aten.elu_backward.default,
+    aten.leaky_relu_backward.default,
+    aten.softplus_backward.default,
+    aten.mish_backward.default,
+    aten.hardswish_backward.default,
+    aten.hardsigmoid_backward.default,
+    aten.native_dropout_backward.default,
+)
+def elementwise_backward(interp: Interp, node: torch.fx.Node) -> Val:
+    """An activation's (or dropout's) backward: element ``x`` of the gradient reads
+    element ``x`` of the incoming gradient and of the forward's values."""
+    return pointwise(interp, node)
 
 
 def _summed(interp: Interp, node: torch.fx.Node, tensors: list, what: str) -> Val:

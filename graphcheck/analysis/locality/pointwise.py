@@ -379,6 +379,8 @@ def _outside(interp, node, arg, pair: Pair, which: str) -> Fill | str | None:
     """What ``arg`` holds outside the relation of ``pair`` (``"finite"``: some value)."""
     if not isinstance(arg, torch.fx.Node):
         return _constant(arg)
+    if (value := _filled(arg)) is not None:
+        return _constant(value)  # a tensor of one constant (scalar_tensor(-inf), full)
     val = interp.val(arg)
     mine = getattr(val, which, None) if val is not None else None
     if mine is not None:
@@ -390,6 +392,16 @@ def _outside(interp, node, arg, pair: Pair, which: str) -> Fill | str | None:
     if isinstance(val_meta, torch.Tensor) and val_meta.dtype == torch.bool:
         return None
     return "finite"
+
+
+def _filled(arg: torch.fx.Node):
+    """The constant every element of ``arg`` holds, when a factory of one value made it
+    (``scalar_tensor(v)``, ``full(size, v)``); ``None`` otherwise."""
+    if arg.target is aten.scalar_tensor.default and arg.args:
+        return arg.args[0]
+    if arg.target is aten.full.default and len(arg.args) > 1:
+        return arg.args[1]
+    return None
 
 
 def _constant(value) -> Fill | str | None:

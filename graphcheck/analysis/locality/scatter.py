@@ -26,6 +26,7 @@ from graphcheck.analysis.locality.domain import (
     carry,
     is_length,
     is_one,
+    meta_toks,
     ndim_of,
     norm_dim,
     shape_of,
@@ -148,10 +149,15 @@ def index_add(interp: Interp, node: torch.fx.Node) -> Val:
 
 
 def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
+    if (placed := _permuted(dst, dim, idx, rows)) is not None:
+        return placed
     if dst.toks[dim] is None and (summary := _per_document(dst, dim, idx, rows)) is not None:
         return summary
     if dst.toks[dim] is None:
         if rows.token_dims and not dst.token_dims:
+            summed = meta_toks(node.meta.get("val"), interp.tokens)
+            if _adds(node) and not any(t is not None for t in summed):
+                interp.sums.add(node)  # every token added into its own row (an expert's)
             return interp.leak(node, "accumulates tokens into positions that are not tokens")
         return Val(dst.toks, **carry([dst, rows, as_index(idx)]))
     tok = row_label(dst.toks[dim], idx)
@@ -162,6 +168,40 @@ def _scatter_rows(interp, node, dst: Val, dim: int, idx: Val, rows: Val) -> Val:
         return interp.leak(node, "scatters rows into the token dimension at positions other than "
                            "those they were gathered from")  # fmt: skip
     return Val(dst.toks, **carry([dst, rows]))
+
+
+def _adds(node: torch.fx.Node) -> bool:
+    """The scatter adds its rows (``index_add``, ``index_put(accumulate=True)``,
+    ``scatter_add``) rather than writing them over."""
+    name = op_name(node.target)
+    if name.startswith("aten.index_put") or name.startswith("aten._unsafe_index_put"):
+        return bool(bind(node).get("accumulate"))
+    return "index_copy" not in name
+
+
+def _permuted(dst: Val, dim: int, idx: Val, rows: Val) -> Val | None:
+    """Rows added into a fresh tensor at the places a permutation sends them (the
+    backward of a gather, which returns each row's gradient to the row it was read
+    from): ``zeros.index_put([inv], x)`` of rows in token order puts them in the sort's
+    order; ``zeros.index_put([perm], x)`` of rows in the sort's order puts them back in
+    token order; ``zeros.index_put([perm // k], x)`` adds each token's ``k`` sorted
+    slots to it. Every destination row receives its own rows only; ``None`` otherwise."""
+    if dst.dep > Dep.NONE or dst.leaks or dim >= len(rows.toks) or len(idx.toks) != 1:
+        return None
+    row_tok, sort = rows.toks[dim], getattr(idx.ref, "name", None)
+    if idx.kind == Kind.INVERSE and row_tok == idx.extra:
+        placed = Tok(f"P:{sort}")
+    elif idx.kind == Kind.PERM and row_tok == Tok(f"P:{sort}"):
+        placed = idx.extra
+    elif idx.kind == Kind.PERMDIV and row_tok == Tok(f"P:{sort}") and idx.extra[0] is not None:
+        placed = Tok(idx.extra[0].axis, 1)
+    else:
+        return None
+    if any(t is not None for i, t in enumerate(rows.toks) if i != dim):
+        return None
+    toks = list(dst.toks)
+    toks[dim] = placed
+    return Val(tuple(toks), **carry([dst, rows]))
 
 
 def _per_document(dst: Val, dim: int, idx: Val, rows: Val) -> Val | None:

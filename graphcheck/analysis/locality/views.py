@@ -18,7 +18,7 @@ import sympy
 import torch
 import torch.fx
 
-from graphcheck.analysis.layout_terms import substitute, term_of
+from graphcheck.analysis.layout_terms import TOKEN, substitute, term_of
 from graphcheck.analysis.locality import chunks, conv
 from graphcheck.analysis.locality.domain import (
     Interp,
@@ -321,6 +321,8 @@ def slice_(interp: Interp, node: torch.fx.Node) -> Val:
     if src is not None and src.toks[dim] is not None and not _whole(bound, shape, dim):
         if (one := _place(interp, node, src, (bound, shape, dim))) is not None:
             return one  # x[:, r : r + 1] of the places of chunks, or x[:T] of T+
+        if (back := _layout_window(interp, node, src, bound, dim)) is not None:
+            return back  # T elements of a function of the layout over 0..T
         picked = _layout_at(node, src, bound, dim)
         if picked is not None:
             return picked
@@ -362,6 +364,21 @@ def _layout_at(node: torch.fx.Node, src: Val, bound: dict, dim: int) -> Val | No
     toks = tuple(None if i == dim else t for i, t in enumerate(src.toks))
     return src.with_(toks=toks, kind=Kind.LAYOUT, extra=substitute(term, ("int", start)),
                      guard=None, tri=None)  # fmt: skip
+
+
+def _layout_window(interp, node: torch.fx.Node, src: Val, bound: dict, dim: int) -> Val | None:
+    """``ext[:, s : s + T]`` of a function of the layout over an index longer than T
+    (``cat([first, x])``): at token ``i`` its value at ``i + s``."""
+    start, step = bound.get("start") or 0, bound.get("step", 1)
+    if src.kind != Kind.LAYOUT or not isinstance(src.extra, tuple) or len(src.token_dims) != 1:
+        return None
+    if type(start) is not int or start < 0 or step not in (1, None):
+        return None
+    toks = meta_toks(node.meta.get("val"), interp.tokens)
+    if toks[dim] != Tok("T", 1) or any(t is not None for i, t in enumerate(toks) if i != dim):
+        return None
+    term = substitute(src.extra, ("add", TOKEN, ("int", start))) if start else src.extra
+    return src.with_(toks=toks, extra=term, guard=None, tri=None)
 
 
 def _cu_part(bound: dict, shape, dim: int) -> str | None:
