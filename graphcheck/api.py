@@ -298,7 +298,7 @@ class Explorer:
                 )
             except GraphcheckError:
                 raise
-            except Exception as err:  # noqa: BLE001 - the model's own forward with gradients
+            except Exception as err:
                 message = f"the backward program cannot be built: {_first_line(err)}"
                 raise AnalysisError(message) from None
             return prove_backward(exported, tokens_of(exported), session.token_local, functions)
