@@ -116,6 +116,15 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         "training runs (default), or model.eval()",
     )
     model.add_argument(
+        "--token-local",
+        metavar="NS::OP",
+        action="append",
+        default=[],
+        dest="token_local_ops",
+        help="declare a custom op token-local (each token's rows read only its own rows); "
+        "held to it by executing the op (as a kernels file's TOKEN_LOCAL)",
+    )
+    model.add_argument(
         "--backward",
         action="store_true",
         help="prove the backward program too: the training step's gradients keep to their "
@@ -403,6 +412,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         "dtype": args.dtype,
         "program_mode": args.program_mode,
         "inputs_from": args.inputs_from,
+        "token_local_ops": args.token_local_ops,
     }
     if args.command == "gate":
         return _gate(args, options)

@@ -9,6 +9,9 @@ it, and the gate agrees with every verdict.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from harness import ROOT, RuleExplorer, explorer, spec
 
@@ -102,3 +105,28 @@ def test_the_gate_agrees(name, isolated):
     gated = Gate(spec(fixture), explorer=found, kernels=KERNELS).run([4], docs=(23, 9, 31, 4))
     assert gated.static_verdict == ("pass" if isolated else "fail")
     assert gated.isolation.holds is isolated, gated.isolation
+
+
+def test_ops_declared_on_the_command_line_are_held_to_it_as_a_kernels_files():
+    declared = ["fused::rms_norm", "fused::rope", "fused::swiglu"]
+    report = RuleExplorer(spec("fused_kernels:fused"), token_local_ops=declared).verify([4])
+    assert (report.verdict, report.codes) == ("pass", set())
+    assert {k["op"] for k in report.kernels} == OPS
+    leaking = RuleExplorer(
+        spec("fused_kernels:fused_norm_over_tokens"),
+        token_local_ops=["fused::rms_norm_over_tokens", "fused::rope", "fused::swiglu"],
+    ).verify([4])
+    assert leaking.codes == {"GC401"}
+
+
+def test_a_malformed_token_local_name_is_one_line_and_exit_2():
+    run = subprocess.run(
+        [sys.executable, "-m", "graphcheck", "verify", spec("fused_kernels:fused"),
+         "--cuts", "4", "--token-local", "aten::mul"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "graphcheck: error: --token-local 'aten::mul': give a custom op as 'namespace::op' "
+        "(not aten or prims)"
+    ]

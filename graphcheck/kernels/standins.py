@@ -45,10 +45,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from graphcheck.errors import ModelLoadError, one_line
+from graphcheck.errors import ModelLoadError, UsageError, one_line
 from graphcheck.kernels import custom_ops as ops
 
-__all__ = ["BUILTIN", "StandIn", "check_targets", "load_kernels", "patched", "token_local"]
+__all__ = [
+    "BUILTIN",
+    "StandIn",
+    "check_targets",
+    "declared_token_local",
+    "load_kernels",
+    "patched",
+    "token_local",
+]
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,18 @@ def token_local(path: str | None) -> frozenset[str]:
     if isinstance(declared, str) or not all(_op_name(n) for n in declared):
         raise ModelLoadError(f"{path}: TOKEN_LOCAL must be a list of 'namespace::op' names")
     return frozenset(declared)
+
+
+def declared_token_local(names) -> frozenset[str]:
+    """Ops declared token-local by the command line or the configuration (``--token-local
+    OP``, ``token_local = [...]``), checked before anything is built: a
+    :class:`UsageError` names a malformed one."""
+    names = [names] if isinstance(names, str) else list(names or ())
+    for name in names:
+        if not _op_name(name):
+            raise UsageError(f"--token-local {name!r}: give a custom op as 'namespace::op' "
+                             "(not aten or prims)")  # fmt: skip
+    return frozenset(names)
 
 
 def _op_name(name: object) -> bool:

@@ -30,7 +30,13 @@ import torch
 from torch import nn
 
 from graphcheck.errors import LayoutError, ModelLoadError, UsageError, reworded
-from graphcheck.kernels import BUILTIN, check_targets, load_kernels, token_local
+from graphcheck.kernels import (
+    BUILTIN,
+    check_targets,
+    declared_token_local,
+    load_kernels,
+    token_local,
+)
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
 from graphcheck.model.conventions import check_name, detect
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
@@ -92,6 +98,7 @@ class Session:
         allow_fp32: Sequence[str] = (),
         inputs_from: str | None = None,
         backward: bool = False,
+        token_local_ops: Sequence[str] = (),
     ) -> None:
         self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
         self.dtype, self.allow_fp32 = build_dtype(dtype), check_globs(allow_fp32)
@@ -101,6 +108,7 @@ class Session:
             raise UsageError("--backward proves the training step's backward: it needs "
                              "--mode train")  # fmt: skip
         self.backward = backward  # prove the backward program too
+        declared = declared_token_local(token_local_ops)  # --token-local, config token_local
         self.boundary_state = _state(boundary_state)
         check_name(inputs_from)
         check_spec(model)  # after the options, as the command line says a bad flag first
@@ -109,7 +117,7 @@ class Session:
         self.settings = dict(settings or {})
         self.spec = model if isinstance(model, str) else None  # rebuildable in a fresh process
         self.kernels, self.use_stand_ins = kernels, stand_ins
-        self.token_local = token_local(kernels)  # the kernels file's TOKEN_LOCAL ops
+        self.token_local = token_local(kernels) | declared  # kernels file's TOKEN_LOCAL too
         self.stand_ins = (
             *(BUILTIN if stand_ins else ()),
             *(load_kernels(kernels) if kernels else ()),

@@ -71,14 +71,15 @@ LOCK_NAME = "graphcheck.lock"
 TOP_KEYS = ("checks", "ignore", "require_stage_programs", "select")
 MODEL_KEYS = (
     "allow_fp32", "backward", "boundary_state", "docs", "dtype", "inputs", "inputs_from", "kernels",
-    "layers", "mode", "outputs", "set", "stand_ins", "strict", "token_multiple", "tokens",
+    "layers", "mode", "outputs", "set", "stand_ins", "strict", "token_local", "token_multiple",
+    "tokens",
 )  # fmt: skip
 PLAN_KEYS = ("cuts", "layout", "stages")
 CHECK_KEYS = (
     "ignore", "model", "name", "require_stage_programs", "select", "stage_builder",
     *MODEL_KEYS, *PLAN_KEYS,
 )  # fmt: skip
-_API_NAMES = {"set": "settings", "mode": "program_mode"}  # config key -> API keyword
+_API_NAMES = {"set": "settings", "mode": "program_mode", "token_local": "token_local_ops"}  # config key -> API keyword
 
 
 class PlanKind(StrEnum):
@@ -403,6 +404,7 @@ _VALUES: dict[str, Callable] = {
     "stand_ins": _of(bool, what="true or false"),
     "strict": _of(bool, what="true or false"),
     "backward": _of(bool, what="true or false"),
+    "token_local": _string_list,
     "token_multiple": _of(int, what="an integer"),
     "tokens": _of(int, what="an integer"),
 }  # fmt: skip
