@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_cache.py
 	$(BIN)/python benchmarks/bench_locality.py
 	$(BIN)/python benchmarks/bench_backward.py
+	$(BIN)/python benchmarks/bench_validation.py
 	$(BIN)/python benchmarks/bench_startup.py
 
 # Every transformers causal-LM family through `graphcheck map`, and `graphcheck gate` for

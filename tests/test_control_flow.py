@@ -59,3 +59,42 @@ def test_the_gate_sees_a_document_alone_take_the_other_branch():
     )
     assert gated.static_verdict == "fail"
     assert gated.isolation.alone.status == "differ"  # T = 67 packed, each alone <= 31
+
+
+# scan: a recurrence over the tokens, proven when its carry is reset at every start
+
+
+@pytest.mark.parametrize(
+    "name", ["scan_reset_at_starts", "scan_reset_by_factor", "scan_reset_every_eight"]
+)
+def test_a_scan_whose_carry_is_reset_at_every_document_start_passes(name):
+    report = _report(name)
+    assert (report.verdict, report.codes) == ("pass", set())
+
+
+@pytest.mark.parametrize(
+    ("name", "reads"), [("scan_never_reset", "add"), ("scan_reset_off_by_one", "where")]
+)
+def test_a_scan_whose_carry_crosses_a_start_is_gc401_at_the_scan(name, reads):
+    report = _report(name)
+    assert report.codes == {"GC401"}
+    first = report.errors[0]
+    assert first.node.startswith("scan") and first.layer == 2
+    assert first.message.startswith(
+        "`scan` over the tokens whose carry is not proven reset at document starts: at a "
+        f"document start, `{reads}` still reads the carry"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "isolated"),
+    [("scan_reset_at_starts", True), ("scan_reset_every_eight", True),
+     ("scan_never_reset", False), ("scan_reset_off_by_one", False)],
+)  # fmt: skip
+def test_the_gate_agrees_on_scans(name, isolated):
+    fixture = f"control_flow:{name}"
+    gated = Gate(spec(fixture), explorer=explorer(fixture)).run(
+        [4], docs=(23, 9, 31, 4), mode="graph"
+    )
+    assert gated.static_verdict == ("pass" if isolated else "fail")
+    assert gated.isolation.holds is isolated, gated.isolation

@@ -14,7 +14,8 @@ token ``i``, built from
 
 * ``("tok",)`` (the token index ``i``), ``("int", k)``;
 * ``("pos", t)``, ``("doc", t)``: the position and the document of token ``t``;
-* ``("add" | "sub" | "mul", a, b)``, ``("ite", c, a, b)``, ``("bool", c)``
+* ``("add" | "sub" | "mul", a, b)``, ``("mod", a, ("int", k))`` (``k > 0``: ``torch.remainder``),
+  ``("ite", c, a, b)``, ``("bool", c)``
   (``True``/``False`` as ``1``/``0``);
 * ``("eq" | "ne" | "lt" | "le" | "gt" | "ge", a, b)``, ``("and" | "or", a, b)``,
   ``("not", a)``.
@@ -44,6 +45,7 @@ __all__ = [
     "is_position",
     "is_window",
     "layout_diff",
+    "resets_at_starts",
     "shift_counterexample",
     "substitute",
     "term_of",
@@ -262,6 +264,8 @@ class _Z3:
             return self.boolean(term[1])
         if head == "ite":
             return z.If(self.boolean(term[1]), self.integer(term[2]), self.integer(term[3]))
+        if head == "mod" and term[2][0] == "int" and type(term[2][1]) is int and term[2][1] > 0:
+            return self.integer(term[1]) % term[2][1]  # floor modulo, as torch.remainder
         raise _Outside(head)
 
     def read(self, head: str, t):
@@ -285,7 +289,7 @@ def _compare(head: str, a, b):
     return a > b if head == "gt" else a >= b
 
 
-_HEADS = {"add": "add", "sub": "sub", "mul": "mul", "where": "ite"}
+_HEADS = {"add": "add", "sub": "sub", "mul": "mul", "where": "ite", "remainder": "mod"}
 _HEADS |= {c: c for c in _COMPARE}
 _HEADS |= {"__and__": "and", "bitwise_and": "and", "logical_and": "and"}
 _HEADS |= {"__or__": "or", "bitwise_or": "or", "logical_or": "or"}
@@ -369,6 +373,47 @@ def is_window(zero: Term, amount: int) -> bool:
     solver = z3.Solver()
     solver.set("timeout", 5000)
     solver.add(*lay.axioms(), held != (i - lay.cu_at(lay.doc_of(i)) < amount))
+    return solver.check() == z3.unsat
+
+
+_RESETS: dict[Term, bool] = {}
+
+
+def resets_at_starts(term: Term) -> bool:
+    """Whether ``term`` holds at every token that starts a document (but token 0) and
+    reads nothing but the token's position: a reset of a recurrence at the same tokens
+    of a document packed or alone (at its start, and wherever else its positions say:
+    ``pos % 8 == 0``)."""
+    if term not in _RESETS:
+        _RESETS[term] = _of_positions(term) and _holds_at_starts(term)
+    return _RESETS[term]
+
+
+def _of_positions(term: Term) -> bool:
+    """``term`` reads the position of its own token and constants only."""
+    if term[0] == "int":
+        return True
+    if term[0] == "pos":
+        return term[1] == TOKEN
+    if term[0] in ("tok", "doc"):
+        return False
+    return all(_of_positions(t) for t in term[1:])
+
+
+def _holds_at_starts(term: Term) -> bool:
+    import z3
+
+    from graphcheck.analysis.locality.obligations import new_layout
+
+    lay = new_layout(z3)
+    i = lay.q
+    try:
+        held = _Z3(z3, lay, i).boolean(term)
+    except _Outside:
+        return False
+    solver = z3.Solver()
+    solver.set("timeout", 5000)
+    solver.add(*lay.axioms(), _later_start(z3, lay, i), z3.Not(held))
     return solver.check() == z3.unsat
 
 

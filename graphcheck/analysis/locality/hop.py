@@ -14,8 +14,10 @@
   the operands, and of its predicate (a branch picked by a mean over every token
   mixes documents); a predicate on the packed length is GC403 (a document alone may
   take the other branch).
-* Any other higher-order op (``while_loop``, ``map``, ``scan``) that touches token
-  data cannot be followed: fail closed.
+* ``scan`` over the tokens is document-local when its carry is proven reset at every
+  document start (:mod:`graphcheck.analysis.locality.recurrence`).
+* Any other higher-order op (``while_loop``, ``map``) that touches token data cannot be
+  followed: fail closed.
 
 No op is registered here: :func:`higher_order` is the dispatch's fallback for every
 ``HigherOrderOperator``.
@@ -28,6 +30,7 @@ import torch.fx
 
 from graphcheck.analysis.block_tables import FullBlocks, full_block_mask, mask_body
 from graphcheck.analysis.fx import op_name
+from graphcheck.analysis.locality import recurrence
 from graphcheck.analysis.locality.domain import (
     Dep,
     Interp,
@@ -62,6 +65,8 @@ def run_higher_order(interp: Interp, node: torch.fx.Node):
         return _flex(interp, node)
     if name == "cond" and (joined := _cond(interp, node)) is not None:
         return joined
+    if name == "scan" and (scanned := recurrence.scan(interp, node, _scan_body(interp, node))):
+        return scanned
     if name in _INLINE:
         inlined = _inline(interp, node)
         if inlined is not None:
@@ -73,6 +78,10 @@ def run_higher_order(interp: Interp, node: torch.fx.Node):
     val = node.meta.get("val")
     plain = Val(meta_toks(val, interp.tokens), **carry(vals))
     return tuple(plain for _ in val) if isinstance(val, tuple | list) else plain
+
+
+def _scan_body(interp: Interp, node: torch.fx.Node) -> torch.fx.GraphModule | None:
+    return _module(interp, node.args[0]) if node.args else None
 
 
 def _module(interp: Interp, arg) -> torch.fx.GraphModule | None:
