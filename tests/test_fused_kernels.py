@@ -9,9 +9,6 @@ it, and the gate agrees with every verdict.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from harness import ROOT, RuleExplorer, explorer, spec
 
@@ -118,15 +115,3 @@ def test_ops_declared_on_the_command_line_are_held_to_it_as_a_kernels_files():
     ).verify([4])
     assert leaking.codes == {"GC401"}
 
-
-def test_a_malformed_token_local_name_is_one_line_and_exit_2():
-    run = subprocess.run(
-        [sys.executable, "-m", "graphcheck", "verify", spec("fused_kernels:fused"),
-         "--cuts", "4", "--token-local", "aten::mul"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [
-        "graphcheck: error: --token-local 'aten::mul': give a custom op as 'namespace::op' "
-        "(not aten or prims)"
-    ]
