@@ -114,4 +114,3 @@ def test_ops_declared_on_the_command_line_are_held_to_it_as_a_kernels_files():
         token_local_ops=["fused::rms_norm_over_tokens", "fused::rope", "fused::swiglu"],
     ).verify([4])
     assert leaking.codes == {"GC401"}
-

@@ -79,7 +79,11 @@ CHECK_KEYS = (
     "ignore", "model", "name", "require_stage_programs", "select", "stage_builder",
     *MODEL_KEYS, *PLAN_KEYS,
 )  # fmt: skip
-_API_NAMES = {"set": "settings", "mode": "program_mode", "token_local": "token_local_ops"}  # config key -> API keyword
+_API_NAMES = {
+    "set": "settings",
+    "mode": "program_mode",
+    "token_local": "token_local_ops",
+}  # config key -> API keyword
 
 
 class PlanKind(StrEnum):

@@ -81,7 +81,7 @@ def scan(interp: Interp, node: torch.fx.Node, body: torch.fx.GraphModule | None)
     final = interp.leak(node, "the final state of a scan over the tokens (the last document's) "
                         "read as data", ())  # fmt: skip
     finals = [final.with_(toks=meta_toks(o, interp.tokens)) for o in outs[: len(init)]]
-    ys = [Val(meta_toks(o, interp.tokens), **{**data, "dep": Dep.DOC}) for o in outs[len(init):]]
+    ys = [Val(meta_toks(o, interp.tokens), **{**data, "dep": Dep.DOC}) for o in outs[len(init) :]]
     return tuple(finals + ys)
 
 
