@@ -64,7 +64,7 @@ class _Step:
 def scan(interp: Interp, node: torch.fx.Node, body: torch.fx.GraphModule | None):
     """The values of ``scan``'s results (carries, then ``ys``), or a leak at the scan
     naming what was not proven."""
-    combine, init, xs, extra = node.args[:4]
+    _, init, xs, extra = node.args[:4]
     inits, xs_vals = [interp.val(a) for a in init], [interp.val(a) for a in xs]
     extras = [interp.val(a) for a in extra]
     outs = node.meta.get("val")
@@ -139,7 +139,7 @@ def _step(node: torch.fx.Node, steps: dict) -> _Step:
         zero = any(_zero(s) for s in nodes)
         return _Step(reads, zero or all(s.free for s in nodes), zero, term)
     if base == "where" and len(nodes) >= 1 and isinstance(inputs[0], _Step):
-        cond, then, other = (inputs + [None, None])[:3]
+        cond, then, other = [*inputs, None, None][:3]
         chosen = then if _start(cond) else other if _zero(cond) else None
         free = _free(chosen) if chosen is not None else all(s.free for s in nodes)
         return _Step(reads, free, False, term)
