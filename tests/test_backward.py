@@ -78,6 +78,15 @@ def test_moe_and_stand_in_backwards_are_proven(family):
     assert report.backward["proven"], [d.message for d in report.errors]
 
 
+def test_torchtitan_style_moe_backward_is_proven_and_the_gate_agrees():
+    """The combine's scatter-add of rows has a gather of rows as its backward."""
+    fixture = "moe_rows:titan_moe"
+    found = explorer(fixture, backward=True)
+    assert found.verify([2]).backward["proven"]
+    gated = Gate(spec(fixture), explorer=found).run([2], docs=(23, 9, 31, 4), train=True)
+    assert gated.static_verdict == "pass" and gated.isolation.gradients.holds
+
+
 def test_embedding_gradients_scaled_by_frequency_are_gc401_at_the_embedding():
     report = _report("trained_kernels:embedding_scaled_by_frequency", backward=True)
     (found,) = _backward(report)

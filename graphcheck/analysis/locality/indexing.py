@@ -30,6 +30,7 @@ from graphcheck.analysis.locality.domain import (
 )
 from graphcheck.analysis.locality.registry import register
 from graphcheck.analysis.locality.rows import as_index, gather_rows, row_label
+from graphcheck.analysis.locality.scatter import expanded_column
 
 __all__ = ["embedding", "gather", "index", "index_fill", "index_select"]
 
@@ -177,6 +178,11 @@ def gather(interp: Interp, node: torch.fx.Node) -> Val:
     if src is None:
         return unknown(interp, node)
     dim = norm_dim(node.args[1], len(src.toks))
+    column = expanded_column(node.args[2])
+    if src.toks[dim] is not None and dim == 0 and column is not None and interp.val(column):
+        # an index that picks whole rows: ``x.gather(0, col[:, None].expand(-1, H))`` is
+        # ``x[col]`` (the backward of a scatter-add of rows)
+        return gather_rows(interp, node, src, 0, interp.val(column))
     if src.toks[dim] is not None:
         return interp.leak(node, "gathers along the token dimension")
     toks = align(interp, node, [node.args[0], node.args[2]])

@@ -35,7 +35,7 @@ from graphcheck.analysis.locality.domain import (
 from graphcheck.analysis.locality.registry import register
 from graphcheck.analysis.locality.rows import VIEWS, as_index, row_label, topk_indices
 
-__all__ = ["index_add", "index_put", "row_scatter_add", "scatter"]
+__all__ = ["expanded_column", "index_add", "index_put", "row_scatter_add", "scatter"]
 
 aten = torch.ops.aten
 
@@ -231,7 +231,7 @@ def row_scatter_add(interp: Interp, node: torch.fx.Node) -> Val:
     elements along the token dim: a leak."""
     bound = bind(node)
     dst, rows = interp.val(bound.get("out")), interp.val(bound.get("src"))
-    column = _expanded_column(bound.get("index"))
+    column = expanded_column(bound.get("index"))
     idx = interp.val(column)
     if dst is None or rows is None or len(dst.toks) != 2:
         return unknown(interp, node)
@@ -243,7 +243,7 @@ def row_scatter_add(interp: Interp, node: torch.fx.Node) -> Val:
     return _scatter_rows(interp, node, dst, 0, idx, rows)
 
 
-def _expanded_column(index) -> torch.fx.Node | None:
+def expanded_column(index) -> torch.fx.Node | None:
     """``col.reshape(-1, 1).expand(-1, D)``: the 1-D ``col`` every column repeats."""
     if not isinstance(index, torch.fx.Node) or op_name(index.target) != "aten.expand.default":
         return None
