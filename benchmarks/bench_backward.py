@@ -16,18 +16,11 @@ from __future__ import annotations
 
 import argparse
 
+from bench_locality import _spec  # the same spec syntax
+
 from graphcheck.api import Explorer
 
 DEFAULT = ["hf:llama,attn_implementation=sdpa"]
-
-
-def _spec(text: str, layers: int) -> tuple[str, dict]:
-    model, *pairs = text.split(",")
-    settings: dict[str, object] = {"num_hidden_layers": layers}
-    for pair in pairs:
-        key, value = pair.split("=", 1)
-        settings[key] = value
-    return model, settings
 
 
 def main() -> None:

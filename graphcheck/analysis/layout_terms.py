@@ -360,20 +360,7 @@ def is_window(zero: Term, amount: int) -> bool:
     """Whether ``zero`` holds exactly where ``pos(i) < amount``, for every ``0 <= i < T``:
     a mask ``1 - zero`` that is a function of the positions alone (the same in the
     packed row and in each document alone), whatever it is computed from."""
-    import z3
-
-    from graphcheck.analysis.locality.obligations import new_layout
-
-    lay = new_layout(z3)
-    i = lay.q
-    try:
-        held = _Z3(z3, lay, i).boolean(zero)
-    except _Outside:
-        return False
-    solver = z3.Solver()
-    solver.set("timeout", 5000)
-    solver.add(*lay.axioms(), held != (i - lay.cu_at(lay.doc_of(i)) < amount))
-    return solver.check() == z3.unsat
+    return _always(zero, lambda z3, lay, i, held: held != (i - lay.cu_at(lay.doc_of(i)) < amount))
 
 
 _RESETS: dict[Term, bool] = {}
@@ -401,6 +388,12 @@ def _of_positions(term: Term) -> bool:
 
 
 def _holds_at_starts(term: Term) -> bool:
+    return _always(term, lambda z3, lay, i, held: z3.And(_later_start(z3, lay, i), z3.Not(held)))
+
+
+def _always(term: Term, violated) -> bool:
+    """No token ``0 <= i < T`` of any layout where ``violated(z3, layout, i, held)`` (``held``:
+    ``term`` at ``i``, a boolean) is satisfiable; ``False`` outside the translation."""
     import z3
 
     from graphcheck.analysis.locality.obligations import new_layout
@@ -413,7 +406,7 @@ def _holds_at_starts(term: Term) -> bool:
         return False
     solver = z3.Solver()
     solver.set("timeout", 5000)
-    solver.add(*lay.axioms(), _later_start(z3, lay, i), z3.Not(held))
+    solver.add(*lay.axioms(), violated(z3, lay, i, held))
     return solver.check() == z3.unsat
 
 

@@ -62,13 +62,10 @@ def check(ctx) -> list[Diagnostic]:
         for node, reason in getattr(program, "untracked", {}).items()
     ]
     order = {n: i for i, n in enumerate(program.graph.nodes)}
-    groups: dict[tuple[str, str], list] = {}
-    for node, reason in sorted(program.leaks.items(), key=lambda kv: order.get(kv[0], -1)):
-        groups.setdefault((module_path(node) or "", reason), []).append(node)
-    for (_, reason), nodes in groups.items():
-        more = f" ({len(nodes)} such ops here)" if len(nodes) > 1 else ""
+    leaks = sorted(program.leaks.items(), key=lambda kv: order.get(kv[0], -1))
+    for reason, nodes in _grouped(leaks):
         message = (
-            f"{reason}{more}: packed documents leak into each other; keep every token-mixing "
+            f"{reason}: packed documents leak into each other; keep every token-mixing "
             "op inside documents (varlen kernels with cu_seq_lens, masks from document ids)"
         )
         found.append(Diagnostic.at(CODE, NAME, message, node=nodes[0]))
@@ -91,13 +88,9 @@ def _backward(proof, layout) -> list[Diagnostic]:
     if proof.refused:
         found.append(Diagnostic(CODE, NAME, f"backward not proven: {proof.refused}; the "
                                 "backward of some op depends on the packed length"))  # fmt: skip
-    groups: dict[tuple[str, str], list] = {}
-    for node, reason in proof.leaks.items():
-        groups.setdefault((module_path(node) or "", reason), []).append(node)
-    for (_, reason), nodes in groups.items():
-        more = f" ({len(nodes)} such ops here)" if len(nodes) > 1 else ""
+    for reason, nodes in _grouped(proof.leaks.items()):
         message = (
-            f"in the backward program: {reason}{more}: the training step's gradients of one "
+            f"in the backward program: {reason}: the training step's gradients of one "
             "document depend on the others; give the op a gradient that keeps to each "
             "token's (or document's) rows"
         )
@@ -105,3 +98,15 @@ def _backward(proof, layout) -> list[Diagnostic]:
         layer = layout.layer_of(at.module) if at.module else None
         found.append(replace(at, node=f"{at.node} (backward)", layer=layer))
     return found
+
+
+def _grouped(leaks) -> list[tuple[str, list]]:
+    """One group per module and reason (a loop unrolled by export repeats an op): the
+    reason, counting the ops when more than one, and the ops in the given order."""
+    groups: dict[tuple[str, str], list] = {}
+    for node, reason in leaks:
+        groups.setdefault((module_path(node) or "", reason), []).append(node)
+    return [
+        (reason + (f" ({len(nodes)} such ops here)" if len(nodes) > 1 else ""), nodes)
+        for (_, reason), nodes in groups.items()
+    ]
