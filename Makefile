@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	# torchtitan (tests/test_torchtitan.py) without its dependency on a second torch
 	$(BIN)/pip install --quiet --no-deps spmd_types==0.2.3 tyro==1.0.17 typeguard==4.6.1 \
 		docstring-parser==0.18.0 triton==3.9.0 torchtitan==0.3.0
+	# Liger's kernels (tests/test_liger.py), pure Python over the torch and triton above
+	$(BIN)/pip install --quiet --no-deps liger-kernel==0.8.5
 	touch $(STAMP)
 
 # Exit status 1 means "violations found": expected for the violating fixtures.

@@ -79,7 +79,7 @@ from graphcheck.kernels import patched
 from graphcheck.kernels.attention import attention_record
 from graphcheck.model.boundary import WireShape
 from graphcheck.model.dtype import BuildDtype
-from graphcheck.model.hf import is_hf_spec
+from graphcheck.model.hf import is_hf_spec, is_transformers_model
 from graphcheck.model.modes import ProgramMode
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import PlanReport, Report, StageProof
@@ -250,6 +250,7 @@ class Explorer:
         declared = self.session.dtype_plan.declared  # the model's carve-outs (--dtype float32)
         self.allow_fp32 = tuple(dict.fromkeys((*DEFAULT_ALLOW_FP32, *allow_fp32, *declared)))
         self._program: Program | None = None
+        self.stand_ins: set[str] = set()  # the stand-ins the export called
         self._contexts: dict[tuple[int, ...], Context] = {}
         self._setup = time.perf_counter() - start
         self._parent: Explorer | None = None  # a length case: the explorer it covers for
@@ -273,7 +274,8 @@ class Explorer:
         """The analysed uncut program (exported on first use)."""
         if self._program is None:
             session = self.session
-            with progress.phase(progress.Phase.EXPORT), patched(session.module, session.stand_ins):
+            called = patched(session.module, session.stand_ins, self.stand_ins)
+            with progress.phase(progress.Phase.EXPORT), called:
                 exported = export_model(
                     session.module,
                     session.mode,
@@ -425,6 +427,7 @@ class Explorer:
             cases.append(case_ctx)
         report = _report(self.session.name, ctx, "verify", start, self.suppression, cases)
         report.attention = self.attention
+        report.stand_ins = sorted(self.stand_ins)
         report.kernels = _kernels(ctx, cases)
         report.backward = _backward(ctx, cases)
         report.stage_programs = [_stage_summary(s) for s in ctx.stages or ()]
@@ -453,7 +456,8 @@ class Explorer:
             dtype = self.session.dtype
             reason = f"stage programs are built in bfloat16, this model with --dtype {dtype}"
             return None, StageProof(False, reason=reason, hint=f"drop --dtype {dtype}")
-        return default_builder(self.hf_spec, self.session.convention.name), None
+        hf = self.hf_spec or is_transformers_model(self.session.module)
+        return default_builder(hf, self.session.convention.name), None
 
     def _stage_proof(
         self, ctx: Context, plan: StagePlan, builder: str | StageBuilder, default: bool
@@ -485,6 +489,7 @@ class Explorer:
         ctx, cases = self._whole(), [case._whole() for case in self.cases]
         report = _report(self.session.name, ctx, "map", start, self.suppression, cases)
         report.attention = self.attention
+        report.stand_ins = sorted(self.stand_ins)
         report.kernels = _kernels(ctx, cases)
         report.backward = _backward(ctx, cases)
         report.costs = self.costs(doc_length).as_dict()

@@ -130,6 +130,7 @@ class Report:
     program_mode: str = "train"  # the program proven: model.train() or model.eval()
     attention: dict | None = None  # transformers models: the attention proven (kernels.attention)
     kernels: list[dict] = field(default_factory=list)  # custom ops validated (kernels.validation)
+    stand_ins: list[str] = field(default_factory=list)  # "module:attr" stood in for (kernels)
     backward: dict | None = None  # train mode: whether the backward program was proven
     ignored: list[Ignored] = field(default_factory=list)  # --select/--ignore, comments
     unused_ignores: list[UnusedIgnore] = field(default_factory=list)
@@ -246,6 +247,7 @@ class Report:
             **({"tokens": self.tokens} if self.tokens is not None else {}),
             **({"attention": self.attention} if self.attention is not None else {}),
             **({"kernels": self.kernels} if self.kernels else {}),
+            **({"stand_ins": self.stand_ins} if self.stand_ins else {}),
             **({"backward": self.backward} if self.backward is not None else {}),
             **({"legal_cuts": self.legal_cuts()} if self.mode == "map" else {}),
             "groups": [_group_dict(g) for g in group(self.diagnostics)],

@@ -144,7 +144,16 @@ def _hint(chain: list[BaseException], strict: bool) -> str | None:
         return "dynamo cannot trace this; try without --strict"
     if not strict and _raised_in_non_strict_tracer(chain[0]):
         return "the non-strict tracer cannot run this; try --strict"
+    if any(_raised_in_triton(exc) for exc in chain):
+        return ("a Triton kernel does not run on a CPU or export: give its function a "
+                "stand-in in torch ops (a kernels file's STAND_INS, --kernels)")  # fmt: skip
     return None
+
+
+def _raised_in_triton(err: BaseException) -> bool:
+    """The error was raised inside Triton (launching a kernel)."""
+    frames = traceback.extract_tb(err.__traceback__) if err.__traceback__ else []
+    return any(f"{os.sep}triton{os.sep}" in frame.filename for frame in frames)
 
 
 def _data_dependent(err: BaseException) -> bool:

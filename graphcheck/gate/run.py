@@ -132,7 +132,7 @@ from graphcheck.gate.weights import (
 from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.boundary import WireShape
-from graphcheck.model.hf import is_hf_spec
+from graphcheck.model.hf import is_hf_spec, is_transformers_model
 from graphcheck.reporters import progress
 from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
 from graphcheck.stages.builders import StageBuilder, default_builder
@@ -272,7 +272,8 @@ class Gate:
             outcome = self._graph_outcome(plan, batch, clock)
         else:
             convention = self.explorer.session.convention.name
-            builder = _default_builder(self.spec, stage_builder, convention)
+            hf = is_transformers_model(self.explorer.session.module)
+            builder = _default_builder(self.spec, stage_builder, convention, hf)
             outcome = self._process_outcome(builder, plan, batch, train, clock, static)
             if stage_builder is None and outcome.bytes.status is ByteStatus.BLOCKED:
                 raise GateError(not_pipeline_aware(builder, outcome.bytes.message))
@@ -462,13 +463,13 @@ def _same_all(a: list[torch.Tensor] | None, b: list[torch.Tensor]) -> bool:
     return a is not None and len(a) == len(b) and all(map(same, a, b))
 
 
-def _default_builder(spec: str | None, builder, convention: str | None = None):
-    """The user's stage builder; else ``hf-slice`` for ``hf:`` models, the builder of
-    the model's input convention (``torchtitan``), ``keep-index`` for the rest
-    (pipeline-aware models)."""
+def _default_builder(spec: str | None, builder, convention: str | None = None, hf=False):
+    """The user's stage builder; else ``hf-slice`` for transformers models (``hf:`` or
+    built by a factory: ``hf``), the builder of the model's input convention
+    (``torchtitan``), ``keep-index`` for the rest (pipeline-aware models)."""
     if builder is not None:
         return builder
-    return default_builder(spec is not None and is_hf_spec(spec), convention)
+    return default_builder(hf or (spec is not None and is_hf_spec(spec)), convention)
 
 
 def _check_mode(mode: RunMode | str, builder, train: bool, compared: Compared) -> RunMode:

@@ -36,6 +36,7 @@ Models that already call custom ops need no stand-in.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,6 +48,7 @@ from torch import nn
 
 from graphcheck.errors import ModelLoadError, UsageError, one_line
 from graphcheck.kernels import custom_ops as ops
+from graphcheck.kernels import liger
 
 __all__ = [
     "BUILTIN",
@@ -148,6 +150,7 @@ BUILTIN: tuple[StandIn, ...] = (
     *_HYBRID_STAND_INS,
     StandIn("torch.nn.attention.flex_attention:create_block_mask", create_block_mask),
     StandIn("create_block_mask", create_block_mask),
+    *(StandIn(target, fn) for target, fn in liger.STAND_INS.items()),
 )
 
 
@@ -225,9 +228,12 @@ def _import_once(file: Path):
 
 
 @contextlib.contextmanager
-def patched(model: nn.Module, stand_ins: Sequence[StandIn]) -> Iterator[list[str]]:
+def patched(
+    model: nn.Module, stand_ins: Sequence[StandIn], called: set[str] | None = None
+) -> Iterator[list[str]]:
     """Apply ``stand_ins`` to the code ``model`` runs; yield the patched
     ``"module:attr"`` (``"module:Class.method"``) names; restore the originals on exit.
+    ``called``, when given, collects the names of the stand-ins the model called.
 
     Targets that do not resolve are skipped here: a stage module may lack the class a
     required target names; :func:`check_targets` judges the whole model."""
@@ -236,7 +242,10 @@ def patched(model: nn.Module, stand_ins: Sequence[StandIn]) -> Iterator[list[str
         for stand_in in stand_ins:
             for owner, attr in _resolve(model, stand_in, strict=False):
                 saved.append((owner, attr, getattr(owner, "__dict__", {}).get(attr, _ABSENT)))
-                setattr(owner, attr, stand_in.replacement)
+                replacement = stand_in.replacement
+                if called is not None and not isinstance(replacement, type):
+                    replacement = _recorded(replacement, _label(owner, attr), called)
+                setattr(owner, attr, replacement)
         yield [_label(owner, attr) for owner, attr, _ in saved]
     finally:
         for owner, attr, original in reversed(saved):
@@ -244,6 +253,17 @@ def patched(model: nn.Module, stand_ins: Sequence[StandIn]) -> Iterator[list[str
                 delattr(owner, attr)  # it was inherited or a module's lazy attribute
             else:
                 setattr(owner, attr, original)
+
+
+def _recorded(fn: Callable, label: str, called: set[str]) -> Callable:
+    """``fn``, adding ``label`` to ``called`` when it runs."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        called.add(label)
+        return fn(*args, **kwargs)
+
+    return run
 
 
 def check_targets(model: nn.Module, stand_ins: Sequence[StandIn]) -> None:

@@ -41,6 +41,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import traceback
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -60,9 +61,24 @@ __all__ = [
     "clip_token_ids",
     "hf_factory",
     "is_hf_spec",
+    "is_transformers_model",
     "offline",
     "parse_settings",
 ]
+
+
+def is_transformers_model(module: object) -> bool:
+    """``module`` is a transformers model (a ``PreTrainedModel``), however it was built.
+
+    >>> from torch import nn
+    >>> is_transformers_model(nn.Linear(1, 1))
+    False
+    """
+    transformers = sys.modules.get("transformers")
+    if transformers is None:
+        return False
+    return isinstance(module, transformers.PreTrainedModel)
+
 
 TINY: dict[str, object] = {
     "hidden_size": 64,

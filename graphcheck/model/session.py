@@ -40,7 +40,7 @@ from graphcheck.kernels import (
 from graphcheck.model.boundary import BoundaryState, boundary_state, parse_boundary_state
 from graphcheck.model.conventions import check_name, detect
 from graphcheck.model.dtype import BuildDtype, DtypePlan, build_dtype, build_in, declared_fp32
-from graphcheck.model.hf import hf_factory
+from graphcheck.model.hf import hf_factory, is_transformers_model
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import (
     ProgramMode,
@@ -123,6 +123,7 @@ class Session:
             *(load_kernels(kernels) if kernels else ()),
         )
         self.name, self.module = self._build(model)
+        _check_no_cache(self.name, self.module)
         check_targets(self.module, self.stand_ins)  # a kernels file's targets, before export
         self.convention = detect(self.module, inputs_from)  # how forward takes the batch
         self.layout = detect_layout(
@@ -154,6 +155,19 @@ class Session:
         build = functools.partial(build_fake, factory, self.mode, self.program_mode)
         module, self.dtype_plan = build_in(build, self.dtype, self.allow_fp32)
         return module
+
+
+def _check_no_cache(name: str, module: nn.Module) -> None:
+    """A transformers model must run its training forward, without a key-value cache:
+    with one, transformers masks the packed row as one sequence (documents attend to
+    each other) and returns the cache, which does not export."""
+    config = getattr(module, "config", None)
+    if is_transformers_model(module) and getattr(config, "use_cache", False):
+        raise ModelLoadError(
+            f"{name}: the transformers model is built with use_cache=True: with a key-value "
+            "cache transformers masks the packed row as one sequence, so documents attend to "
+            "each other; build it with use_cache=False, as a training forward runs"
+        )
 
 
 def _factory(spec: str) -> Callable[[], nn.Module]:

@@ -58,7 +58,17 @@ def _header(report: Report) -> list[str]:
     )
     lines += [attention_line(report.attention)] if report.attention else []
     lines += [kernel_line(k) for k in report.kernels]
+    lines += [_stand_ins_line(report.stand_ins)] if report.stand_ins else []
     return lines + ([backward_line(report.backward)] if report.backward is not None else [])
+
+
+def _stand_ins_line(names: list[str]) -> str:
+    """The kernels the model called that were proven through their stand-ins.
+
+    >>> print(_stand_ins_line(["mylib:fused_norm"]))
+      stand-ins (proven in place of the model's kernels): mylib:fused_norm
+    """
+    return f"  stand-ins (proven in place of the model's kernels): {', '.join(names)}"
 
 
 def backward_line(backward: dict) -> str:

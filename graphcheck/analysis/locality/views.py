@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 aten = torch.ops.aten
+_LAST_TWO = {"mT", "mH", "adjoint"}  # transpose the last two dims
 
 
 @register(operator.getitem)
@@ -74,7 +75,10 @@ def _viewed(interp, node, mapping: dict[int, int], toks) -> Val:
     return src.with_(toks=tuple(toks), **pairs)
 
 
-@register(aten.permute.default, aten.transpose.int, aten.t.default, aten.numpy_T.default)
+@register(
+    aten.permute.default, aten.transpose.int, aten.t.default, aten.numpy_T.default,
+    aten.mT.default, aten.mH.default, aten.adjoint.default,
+)  # fmt: skip
 def permute(interp: Interp, node: torch.fx.Node) -> Val:
     src = interp.val(node.args[0])
     n = len(src.toks) if src else ndim_of(node)
@@ -84,7 +88,8 @@ def permute(interp: Interp, node: torch.fx.Node) -> Val:
     elif name == "numpy_T":
         order = list(reversed(range(n)))
     else:
-        a, b = (0, 1) if name == "t" else (norm_dim(node.args[1], n), norm_dim(node.args[2], n))
+        a, b = (0, 1) if name == "t" else (n - 2, n - 1) if name in _LAST_TWO else (
+            norm_dim(node.args[1], n), norm_dim(node.args[2], n))  # fmt: skip
         order = list(range(n))
         order[a], order[b] = order[b], order[a]
     toks = [src.toks[d] for d in order] if src else [None] * n
