@@ -98,3 +98,50 @@ def test_the_gate_agrees_on_scans(name, isolated):
     )
     assert gated.static_verdict == ("pass" if isolated else "fail")
     assert gated.isolation.holds is isolated, gated.isolation
+
+
+# while_loop: a walk over the tokens (a counter from 0 while < T, rows read and written
+# at the counter), proven as a recurrence
+
+
+def test_a_token_loop_whose_carry_is_reset_at_every_document_start_passes():
+    report = _report("loop_reset_at_starts")
+    assert (report.verdict, report.codes) == ("pass", set())
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("loop_never_reset", "at a document start, `add` still reads the carry"),
+        ("loop_reads_next_token", "reads an operand over the tokens other than at the counter's"),
+    ],
+)
+def test_a_token_loop_that_crosses_a_start_is_gc401_at_the_loop(name, why):
+    report = _report(name)
+    assert report.codes == {"GC401"}
+    first = report.errors[0]
+    assert first.node.startswith("while_loop") and first.layer == 2
+    assert first.message.startswith("`while_loop` over the tokens not proven document-local: ")
+    assert why in first.message
+
+
+def test_a_token_loop_that_uses_its_counter_as_a_value_is_gc402():
+    report = _report("loop_adds_counter")
+    assert report.codes == {"GC402"}
+    assert "the loop's counter (the absolute token index) used as a value" in (
+        report.errors[0].message
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "isolated"),
+    [("loop_reset_at_starts", True), ("loop_never_reset", False),
+     ("loop_reads_next_token", False), ("loop_adds_counter", False)],
+)  # fmt: skip
+def test_the_gate_agrees_on_token_loops(name, isolated):
+    fixture = f"control_flow:{name}"
+    gated = Gate(spec(fixture), explorer=explorer(fixture)).run(
+        [4], docs=(23, 9, 31, 4), mode="graph"
+    )
+    assert gated.static_verdict == ("pass" if isolated else "fail")
+    assert gated.isolation.holds is isolated, gated.isolation

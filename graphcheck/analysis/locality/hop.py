@@ -14,10 +14,11 @@
   the operands, and of its predicate (a branch picked by a mean over every token
   mixes documents); a predicate on the packed length is GC403 (a document alone may
   take the other branch).
-* ``scan`` over the tokens is document-local when its carry is proven reset at every
-  document start (:mod:`graphcheck.analysis.locality.recurrence`).
-* Any other higher-order op (``while_loop``, ``map``) that touches token data cannot be
-  followed: fail closed.
+* ``scan`` over the tokens, and a ``while_loop`` that walks the tokens with a counter,
+  are document-local when their carry is proven reset at every document start
+  (:mod:`graphcheck.analysis.locality.recurrence`).
+* Any other higher-order op (``map``, a ``while_loop`` that is not a walk over the
+  tokens) that touches token data cannot be followed: fail closed.
 
 No op is registered here: :func:`higher_order` is the dispatch's fallback for every
 ``HigherOrderOperator``.
@@ -67,6 +68,10 @@ def run_higher_order(interp: Interp, node: torch.fx.Node):
         return joined
     if name == "scan" and (scanned := recurrence.scan(interp, node, _scan_body(interp, node))):
         return scanned
+    if name == "while_loop":
+        cond, body = (_module(interp, a) for a in node.args[:2])
+        if (looped := recurrence.while_loop(interp, node, cond, body)) is not None:
+            return looped
     if name in _INLINE:
         inlined = _inline(interp, node)
         if inlined is not None:
