@@ -77,6 +77,7 @@ from graphcheck.diagnostics import Diagnostic
 from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
 from graphcheck.kernels import patched
 from graphcheck.kernels.attention import attention_record
+from graphcheck.kernels.functions import validate_function
 from graphcheck.model.boundary import WireShape
 from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec, is_transformers_model
@@ -295,7 +296,7 @@ class Explorer:
         session = self.session
         with progress.phase(progress.Phase.ANALYSE), patched(session.module, session.stand_ins):
             try:
-                functions = autograd_functions(
+                calls = autograd_functions(
                     session.module, session.mode, session.batch, session.convention
                 )
             except GraphcheckError:
@@ -303,7 +304,8 @@ class Explorer:
             except Exception as err:
                 message = f"the backward program cannot be built: {_first_line(err)}"
                 raise AnalysisError(message) from None
-            return prove_backward(exported, tokens_of(exported), session.token_local, functions)
+            executed = {call.name: validate_function(call) for call in calls}
+            return prove_backward(exported, tokens_of(exported), session.token_local, executed)
 
     def plan(self, cuts: Sequence[int] | None = None, stages: int | None = None) -> StagePlan:
         """The stage plan of ``cuts``, of an even split into ``stages`` or, with neither,
@@ -709,6 +711,9 @@ def _backward(ctx: Context, cases: list[Context]) -> dict | None:
         "ops": sum(proof.nodes for proof in proofs),
         "seconds": round(sum(proof.seconds for proof in proofs), 2),
         "functions": sorted({name for proof in proofs for name in proof.functions}),
+        "validated": sorted(
+            {name for proof in proofs for name, ran in proof.executed.items() if ran.isolated}
+        ),
         **({"why": why} if (why := next((p.unproven for p in proofs if p.unproven), "")) else {}),
         **({"refused": r} if (r := next((p.refused for p in proofs if p.refused), "")) else {}),
     }

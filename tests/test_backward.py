@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from harness import ROOT, RuleExplorer, explorer, spec
 
 from graphcheck.gate import Gate
@@ -121,15 +122,47 @@ def test_without_the_flag_the_pass_says_the_backward_was_not_proven():
     assert report.backward == {"checked": False}
 
 
-def test_an_autograd_function_fails_closed_naming_it():
+def test_an_autograd_function_whose_own_backward_is_per_token_is_proven_by_running_it():
     report = _report("trained_kernels:function_norm", backward=True)
+    assert (report.verdict, report.codes) == ("pass", set())
+    source = (ROOT / "fixtures/trained_kernels.py").read_text().splitlines()
+    line = source.index("class _Function(torch.autograd.Function):") + 1
+    assert report.backward["validated"] == [f"_Function (fixtures/trained_kernels.py:{line})"]
+    assert report.backward["functions"] == [] and report.backward["proven"]
+
+
+def test_an_autograd_function_whose_own_backward_mixes_tokens_is_gc401_naming_it():
+    report = _report("trained_kernels:function_norm_backward_over_tokens", backward=True)
     assert report.codes == {"GC401"}
     (found,) = report.errors
     source = (ROOT / "fixtures/trained_kernels.py").read_text().splitlines()
-    line = source.index("class _Function(torch.autograd.Function):") + 1
-    where = f"_Function (fixtures/trained_kernels.py:{line})"
+    line = source.index("class _FunctionCentred(_Function):") + 1
+    where = f"_FunctionCentred (fixtures/trained_kernels.py:{line})"
     assert found.message.startswith(f"backward not proven: `{where}` is a torch.autograd.Function")
-    assert report.backward["functions"] == [where]
+    assert "Run alone, over 15 tokens, token 0's input gradient changed when the other " in (
+        found.message
+    )
+    assert report.backward["functions"] == [where] and not report.backward["proven"]
+
+
+def test_an_autograd_function_that_does_not_run_on_random_values_stays_unproven():
+    from graphcheck.analysis.export import FunctionCall, TensorArg
+    from graphcheck.kernels.functions import validate_function
+
+    class Picky(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, index):
+            return x[index.long() + 100]  # reads rows the random indices do not have
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None
+
+    args = (TensorArg((None, 4), torch.float32, True), TensorArg((None,), torch.int64, False))
+    check = validate_function(FunctionCall("Picky", Picky, args))
+    assert check.status == "trusted, not verified" and "raised IndexError" in check.detail
+    unseen = validate_function(FunctionCall("Unseen", Picky, None))
+    assert unseen.status == "trusted, not verified" and "not seen" in unseen.detail
 
 
 def test_backward_in_eval_mode_is_a_usage_error():
@@ -149,8 +182,9 @@ def test_backward_in_eval_mode_is_a_usage_error():
     [
         ("norm_with_backward", "pass", True),
         ("norm_backward_over_tokens", "fail", False),
-        # fail closed: the export drops the function's own (correct) backward
-        ("function_norm", "fail", True),
+        # its own backward, run as a per-token op
+        ("function_norm", "pass", True),
+        ("function_norm_backward_over_tokens", "fail", False),
         ("embedding_scaled_by_frequency", "fail", False),
     ],
 )

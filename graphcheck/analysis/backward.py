@@ -22,10 +22,12 @@ locality interpretation over it. Facts are collected where the step's results le
 Origins in the forward part of the joint program are the forward's own findings (the
 forward proof reports them): only backward ops are reported here.
 
-Fails closed where the joint program is not the program training runs: a
-``torch.autograd.Function`` in the model's forward (the export inlines its forward and
-drops its ``backward``; :mod:`graphcheck.analysis.export` records every one it saw) is
-reported instead of proving a derived backward in its place. ``torch``'s own functions
+Where the joint program is not the program training runs, a proof of it is not
+enough: a ``torch.autograd.Function`` in the model's forward (the export inlines its
+forward and drops its ``backward``; :mod:`graphcheck.analysis.export` records every one
+it saw, with its call's arguments) must have passed running as a per-token op, forward
+and its own backward (:mod:`graphcheck.kernels.functions`); any other is reported
+instead of proving a derived backward in its place. ``torch``'s own functions
 (reentrant checkpointing) are trusted: their backward recomputes the forward.
 """
 
@@ -61,6 +63,8 @@ class BackwardProof:
     graph: torch.fx.GraphModule | None
     leaks: dict[torch.fx.Node, str] = field(default_factory=dict)
     functions: tuple[str, ...] = ()
+    # the autograd.Function classes run (graphcheck.kernels.functions): name -> OpCheck
+    executed: dict = field(default_factory=dict)
     seconds: float = 0.0
     nodes: int = 0
     unproven: str = ""  # why no proof was attempted (the forward's own finding says more)
@@ -72,16 +76,22 @@ class BackwardProof:
 
 
 def prove_backward(
-    exported: Exported, tokens: Tokens, token_local=frozenset(), functions: tuple[str, ...] = ()
+    exported: Exported, tokens: Tokens, token_local=frozenset(), executed: dict | None = None
 ) -> BackwardProof:
-    """The backward proof of ``exported`` (a forward in train mode); ``functions``: the
+    """The backward proof of ``exported`` (a forward in train mode); ``executed``: the
     user ``autograd.Function`` classes its forward applies
-    (:func:`graphcheck.analysis.export.autograd_functions`)."""
+    (:func:`graphcheck.analysis.export.autograd_functions`), each with the verdict of
+    running its own backward (:func:`graphcheck.kernels.functions.validate_function`).
+    The joint program holds their forward's derived backward, not theirs: a Function
+    not validated token-local leaves the backward unproven."""
     start = time.perf_counter()
+    executed = executed or {}
     if not tokens:  # the export fixed T: no dim is known to run over the tokens (GC403)
         return BackwardProof(None, unproven="the export fixed T (see GC401, GC403)")
+    functions = tuple(name for name, check in executed.items() if not check.isolated)
     if functions:
-        return BackwardProof(None, functions=functions, seconds=time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return BackwardProof(None, functions=functions, executed=executed, seconds=seconds)
     env = detect_fake_mode(
         [n.meta.get("val") for n in exported.program.graph.nodes if n.op == "placeholder"]
     ).shape_env
@@ -102,7 +112,8 @@ def prove_backward(
     }
     _locate(joint, exported, leaks, tokens)
     seconds = time.perf_counter() - start
-    return BackwardProof(joint, leaks, seconds=seconds, nodes=len(joint.graph.nodes))
+    nodes = len(joint.graph.nodes)
+    return BackwardProof(joint, leaks, executed=executed, seconds=seconds, nodes=nodes)
 
 
 class _Loss(torch.nn.Module):

@@ -69,6 +69,8 @@ from graphcheck.varlen import (
 __all__ = [
     "EXAMPLE_DOCS",
     "Exported",
+    "FunctionCall",
+    "TensorArg",
     "accepted_inputs",
     "autograd_functions",
     "example_inputs",
@@ -208,21 +210,56 @@ def export_model(
     return exported
 
 
+@dataclass(frozen=True)
+class FunctionCall:
+    """A user ``torch.autograd.Function`` the forward applies, with what it was given:
+    each tensor argument as ``TensorArg`` (its dims over the tokens marked), any other
+    argument as it is (``None``: the call was not recorded). ``name``:
+    ``Name (file.py:line)``."""
+
+    name: str
+    cls: type
+    args: tuple | None  # None: the call was not seen (its arguments unknown)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor argument: ``shape`` with ``None`` where a dim runs over the ``tokens``."""
+
+    shape: tuple[int | None, ...]
+    dtype: torch.dtype
+    grad: bool
+
+
 def autograd_functions(
     model: nn.Module, mode, batch: ExampleBatch, convention: Convention | str | None = None
-) -> tuple[str, ...]:
+) -> tuple[FunctionCall, ...]:
     """The user ``torch.autograd.Function`` classes ``model``'s forward applies (built
-    under fake ``mode``; run once with gradients on the example ``batch``): the export
-    keeps their forward only, so the backward proof must not stand in a derived backward
-    for their own. Read from the autograd graph the forward records, whatever the
-    function is called; torch's own (reentrant checkpointing, which recomputes the
-    forward) are not listed."""
+    under fake ``mode``; run once with gradients on the example ``batch``), one call of
+    each: the export keeps their forward only, so the backward proof must not stand in a
+    derived backward for their own. Read from the autograd graph the forward records,
+    whatever the function is called; torch's own (reentrant checkpointing, which
+    recomputes the forward) are not listed."""
     rules = _convention(model, convention)
     names, wrap = roles(model, rules, batch.docs)
-    with _forward_over(model, names if wrap else None, rules), mode, torch.enable_grad():
-        args = tuple(example_inputs(names, 0, batch.docs).values())
-        out = model(*args)
-    found: set[str] = set()
+    found: dict[type, str] = {}
+    calls: dict[type, tuple] = {}
+    for recording in (False, True):  # find the classes, then run again recording their calls
+        with _forward_over(model, names if wrap else None, rules), mode, torch.enable_grad():
+            args = tuple(example_inputs(names, 0, batch.docs).values())
+            with _forwards_recorded(tuple(found) if recording else (), calls):
+                out = model(*args)
+        if recording or not _functions_in(out, found):
+            break
+    tokens = sum(batch.docs)
+    return tuple(
+        FunctionCall(name, cls, _recorded_args(calls[cls], tokens) if cls in calls else None)
+        for cls, name in sorted(found.items(), key=lambda item: item[1])
+    )
+
+
+def _functions_in(out, found: dict[type, str]) -> bool:
+    """Add the user Function classes in ``out``'s autograd graph to ``found``."""
     seen: set = set()
     stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
     while stack:
@@ -232,9 +269,49 @@ def autograd_functions(
         seen.add(fn)
         cls = getattr(fn, "_forward_cls", None)
         if cls is not None and not cls.__module__.startswith("torch."):
-            found.add(_where(cls))
+            found[cls] = _where(cls)
         stack.extend(next_fn for next_fn, _ in fn.next_functions)
-    return tuple(sorted(found))
+    return bool(found)
+
+
+@contextlib.contextmanager
+def _forwards_recorded(classes: tuple[type, ...], calls: dict[type, tuple]):
+    """Each of ``classes`` recording the arguments of its first ``forward`` in ``calls``
+    (the Function's own, without ``ctx``), restored on exit."""
+    saved = []
+    for cls in classes:
+        raw = inspect.getattr_static(cls, "forward")
+        with_ctx = cls.setup_context is torch.autograd.Function.setup_context
+
+        def forward(*args, _cls=cls, _raw=raw, _ctx=with_ctx, **kwargs):
+            if not kwargs:
+                calls.setdefault(_cls, args[1:] if _ctx else args)
+            return _raw.__func__(*args, **kwargs) if isinstance(_raw, staticmethod) else _raw(
+                *args, **kwargs)  # fmt: skip
+
+        saved.append((cls, cls.__dict__.get("forward", _ABSENT)))
+        cls.forward = staticmethod(forward)
+    try:
+        yield
+    finally:
+        for cls, original in reversed(saved):
+            if original is _ABSENT:
+                delattr(cls, "forward")
+            else:
+                cls.forward = original
+
+
+_ABSENT = object()
+
+
+def _recorded_args(args: tuple, tokens: int) -> tuple:
+    def recorded(arg):
+        if not isinstance(arg, torch.Tensor):
+            return arg
+        shape = tuple(None if d == tokens else int(d) for d in arg.shape)
+        return TensorArg(shape, arg.dtype, arg.requires_grad)
+
+    return tuple(recorded(a) for a in args)
 
 
 def _where(cls: type) -> str:

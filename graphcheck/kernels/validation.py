@@ -77,6 +77,10 @@ class OpCheck:
     detail: str = ""
     cached: bool = False
 
+    @property
+    def isolated(self) -> bool:
+        return self.status == OpStatus.ISOLATED
+
     def as_dict(self) -> dict:
         return asdict(self)
 

@@ -84,7 +84,9 @@ def backward_line(backward: dict) -> str:
     why = backward.get("why") or "see GC401"
     said = "proven" if backward["proven"] else f"NOT proven ({why})"
     ops = f" ({backward['ops']} ops, {backward['seconds']} s)" if backward.get("ops") else ""
-    return f"  backward: {said}{ops}"
+    ran = backward.get("validated") or []
+    run = f"; its own backward run token-local: {', '.join(ran)}" if ran else ""
+    return f"  backward: {said}{ops}{run}"
 
 
 def kernel_line(check: dict) -> str:

@@ -72,19 +72,23 @@ def check(ctx) -> list[Diagnostic]:
     return found + _backward(program.gradients, program.layout)
 
 
+def _function(name: str, check) -> Diagnostic:
+    """A ``torch.autograd.Function`` whose own backward was not shown token-local."""
+    ran = f" Run alone, {check.detail}." if check is not None and check.detail else ""
+    return Diagnostic(CODE, NAME, (
+        f"backward not proven: `{name}` is a torch.autograd.Function, and the export keeps "
+        f"its forward only, so its own backward is checked by running it, as a per-token "
+        f"op.{ran} Write it as a torch.library.custom_op with register_autograd (its "
+        "backward is then traced and proven)"
+    ))  # fmt: skip
+
+
 def _backward(proof, layout) -> list[Diagnostic]:
     """``--backward``: the backward program's leaks, one per module and reason, and the
     ``autograd.Function`` backwards it could not hold."""
     if proof is None:
         return []
-    found = [
-        Diagnostic(CODE, NAME, (
-            f"backward not proven: `{name}` is a torch.autograd.Function, and the export "
-            "keeps its forward only, so its own backward cannot be checked; write it as a "
-            "torch.library.custom_op with register_autograd (its backward is then traced)"
-        ))
-        for name in proof.functions
-    ]  # fmt: skip
+    found = [_function(name, proof.executed.get(name)) for name in proof.functions]
     if proof.refused:
         found.append(Diagnostic(CODE, NAME, f"backward not proven: {proof.refused}; the "
                                 "backward of some op depends on the packed length"))  # fmt: skip
