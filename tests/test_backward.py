@@ -146,8 +146,7 @@ def test_an_autograd_function_whose_own_backward_mixes_tokens_is_gc401_naming_it
 
 
 def test_an_autograd_function_that_does_not_run_on_random_values_stays_unproven():
-    from graphcheck.analysis.export import FunctionCall, TensorArg
-    from graphcheck.kernels.functions import validate_function
+    from graphcheck.kernels.functions import FunctionCall, TensorArg, validate_function
 
     class Picky(torch.autograd.Function):
         @staticmethod

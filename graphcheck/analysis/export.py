@@ -53,6 +53,7 @@ from graphcheck.analysis.guards import SizeRange, discharged
 from graphcheck.analysis.lengths import Span, token_span
 from graphcheck.analysis.token_multiple import multiple_of, undeclared
 from graphcheck.kernels.attention import AttentionDropped
+from graphcheck.kernels.functions import FunctionCall, TensorArg
 from graphcheck.model.conventions import Convention, bind, detect, roles
 from graphcheck.model.load import ProgramMode, default_dtype, in_program_mode
 from graphcheck.varlen import (
@@ -69,8 +70,6 @@ from graphcheck.varlen import (
 __all__ = [
     "EXAMPLE_DOCS",
     "Exported",
-    "FunctionCall",
-    "TensorArg",
     "accepted_inputs",
     "autograd_functions",
     "example_inputs",
@@ -208,27 +207,6 @@ def export_model(
     )  # fmt: skip
     exported.symbols = _symbol_names(exported)
     return exported
-
-
-@dataclass(frozen=True)
-class FunctionCall:
-    """A user ``torch.autograd.Function`` the forward applies, with what it was given:
-    each tensor argument as ``TensorArg`` (its dims over the tokens marked), any other
-    argument as it is (``None``: the call was not recorded). ``name``:
-    ``Name (file.py:line)``."""
-
-    name: str
-    cls: type
-    args: tuple | None  # None: the call was not seen (its arguments unknown)
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """A tensor argument: ``shape`` with ``None`` where a dim runs over the ``tokens``."""
-
-    shape: tuple[int | None, ...]
-    dtype: torch.dtype
-    grad: bool
 
 
 def autograd_functions(

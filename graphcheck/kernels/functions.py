@@ -2,8 +2,9 @@
 
 The export keeps a Function's forward only (inlined as the ops it runs); autograd would
 derive the backward of those ops, not the one the Function defines. So graphcheck runs
-the Function itself, as the model called it (:class:`~graphcheck.analysis.export.FunctionCall`:
-every argument, the dims over the tokens marked), on random values over a packing of
+the Function itself, as the model called it (a :class:`FunctionCall`, recorded by
+:func:`graphcheck.analysis.export.autograd_functions`: every argument, the dims over
+the tokens marked), on random values over a packing of
 ``DOCS`` tokens, forward and its own backward, and checks that every token keeps to
 itself (as :mod:`graphcheck.kernels.validation` checks a custom op declared
 token-local):
@@ -23,17 +24,39 @@ does) stays unproven, and the backward proof fails closed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from graphcheck.analysis.export import FunctionCall, TensorArg
 from graphcheck.errors import one_line
 from graphcheck.kernels.validation import Claim, OpCheck, OpStatus
 
-__all__ = ["validate_function"]
+__all__ = ["FunctionCall", "TensorArg", "validate_function"]
 
 DOCS = 15  # tokens the Function runs on
 FILLER = 8  # the shift: this many tokens in front
 SEED = 0
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """A user ``torch.autograd.Function`` the forward applies, with what it was given:
+    each tensor argument as ``TensorArg`` (its dims over the tokens marked), any other
+    argument as it is (``None``: the call was not recorded). ``name``:
+    ``Name (file.py:line)``."""
+
+    name: str
+    cls: type
+    args: tuple | None  # None: the call was not seen (its arguments unknown)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor argument: ``shape`` with ``None`` where a dim runs over the ``tokens``."""
+
+    shape: tuple[int | None, ...]
+    dtype: torch.dtype
+    grad: bool
 
 
 def validate_function(call: FunctionCall) -> OpCheck:
