@@ -27,6 +27,7 @@ import warnings
 
 from graphcheck._version import __version__
 from graphcheck.errors import GraphcheckError, UsageError
+from graphcheck.options import Group, add_arguments, find, from_args
 
 __all__ = ["build_parser", "main"]
 
@@ -51,25 +52,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _layout_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("layout (overrides get_pp_module_config and detection)")
-    group.add_argument("--layers", metavar="PREFIX", help="layer container, e.g. model.layers")
-    group.add_argument("--inputs", metavar="FQN[,FQN]", help="first-stage modules")
-    group.add_argument("--outputs", metavar="FQN[,FQN]", help="last-stage modules")
-    group.add_argument(
-        "--boundary-state",
-        metavar="JSON",
-        help="the state each cut carries when it is not the residual ([1, T, H] or [T, H]): "
-        '\'{"rank": 4, "dtype": "bfloat16", "shape_suffix": [4, 64], "state": "NAME"}\'',
-    )
-    parser.add_argument("--strict", action="store_true", help="export with strict=True")
-    parser.add_argument(
-        "--allow-fp32",
-        metavar="GLOB",
-        action="append",
-        default=[],
-        help="parameters allowed to stay fp32 (added to *.A_log, *.dt_bias)",
-    )
-    _model_options(parser)
+    """The layout and model options (:mod:`graphcheck.options`), then the output's."""
+    add_arguments(parser, Group.LAYOUT, Group.MODEL)
     parser.add_argument("--format", choices=_formats(), default="text")
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
     parser.add_argument(
@@ -79,93 +63,8 @@ def _layout_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
-    from graphcheck.model.modes import ProgramMode
-
-    model = parser.add_argument_group("model building")
-    model.add_argument(
-        "--set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        dest="settings",
-        help="override a config key of an hf: model (VALUE parsed as JSON if it parses)",
-    )
-    model.add_argument(
-        "--kernels", metavar="FILE.py", help="kernel stand-ins: a file with STAND_INS"
-    )
-    model.add_argument(
-        "--no-stand-ins",
-        action="store_false",
-        dest="stand_ins",
-        help="export the model's own kernel code (no built-in stand-ins)",
-    )
-    model.add_argument(
-        "--dtype",
-        choices=["bfloat16", "float32"],
-        default="bfloat16",
-        help="the default dtype the factory runs under: bfloat16 (default), or float32 (the "
-        "model's own), then cast to bf16 but for its declared fp32 carve-outs",
-    )
-    model.add_argument(
-        "--mode",
-        choices=[mode.value for mode in ProgramMode],
-        default=ProgramMode.TRAIN.value,
-        dest="program_mode",
-        help="the program to prove and run: model.train(), what pipeline-parallel "
-        "training runs (default), or model.eval()",
-    )
-    model.add_argument(
-        "--token-local",
-        metavar="NS::OP",
-        action="append",
-        default=[],
-        dest="token_local_ops",
-        help="declare a custom op token-local (each token's rows read only its own rows); "
-        "held to it by executing the op (as a kernels file's TOKEN_LOCAL)",
-    )
-    model.add_argument(
-        "--backward",
-        action="store_true",
-        help="prove the backward program too: the training step's gradients keep to their "
-        "documents (train mode; costs several times the export)",
-    )
-    model.add_argument(
-        "--inputs-from",
-        metavar="NAME",
-        help="the input convention of the model's forward: transformers (input_ids, "
-        "position_ids, cu_seq_lens_q/k, max_length_q/k) or torchtitan (tokens, positions, "
-        "masks from model.get_attention_masks) (default: detected from its signature)",
-    )
-
-
 def _batch_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("example batch (what the export traces)")
-    group.add_argument(
-        "--docs",
-        metavar="N|N,N[,N]",
-        help="documents: a count (split over --tokens) or their lengths (default 7,12,10)",
-    )
-    group.add_argument("--tokens", type=int, metavar="T", help="tokens in the batch (T)")
-    group.add_argument(
-        "--token-multiple",
-        type=int,
-        metavar="K",
-        help="export T as a multiple of K: prove for every T that is one",
-    )
-
-
-def _example_docs(text: str | None) -> int | tuple[int, ...] | None:
-    """``--docs``: ``"4"`` a count, ``"30,34"`` (or ``"30,"``) lengths."""
-    if text is None:
-        return None
-    try:
-        parts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        parts = []
-    if not parts:
-        raise UsageError(f"--docs {text!r} is not a count or a comma-separated list of lengths")
-    return parts[0] if "," not in text else tuple(parts)
+    add_arguments(parser, Group.BATCH)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -389,37 +288,16 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     return render(result, args.format), result.exit_code
 
 
-def _split(text: str | None) -> list[str] | None:
-    return [part for part in text.split(",") if part] if text else None
-
-
 def _run(args: argparse.Namespace) -> tuple[str, int]:
     from graphcheck import api
-    from graphcheck.model.hf import parse_settings
     from graphcheck.report import render
     from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
 
-    options = {
-        "layers": args.layers,
-        "inputs": _split(args.inputs),
-        "outputs": _split(args.outputs),
-        "boundary_state": args.boundary_state,
-        "strict": args.strict,
-        "allow_fp32": args.allow_fp32,
-        "settings": parse_settings(args.settings),
-        "kernels": args.kernels,
-        "stand_ins": args.stand_ins,
-        "dtype": args.dtype,
-        "program_mode": args.program_mode,
-        "inputs_from": args.inputs_from,
-        "token_local_ops": args.token_local_ops,
-    }
+    options = from_args(args, Group.LAYOUT, Group.MODEL)
     if args.command == "gate":
+        del options["backward"]  # the gate proves the backward with --train
         return _gate(args, options)
-    options.update(backward=args.backward)
-    options.update(
-        docs=_example_docs(args.docs), tokens=args.tokens, token_multiple=args.token_multiple
-    )
+    options.update(from_args(args, Group.BATCH))
     options.update(select=args.select, ignore=args.ignore)
     explore = getattr(args, "html", None) is not None or args.format == "html"
     if getattr(args, "model_explorer", None) is not None and not explore:
@@ -622,7 +500,7 @@ def _check_build(args: argparse.Namespace) -> None:
     if args.kernels is not None:
         require_file(args.kernels, "kernels file")
     if hasattr(args, "tokens"):
-        example_batch(_example_docs(args.docs), args.tokens, args.token_multiple)
+        example_batch(find("docs").value(args), args.tokens, args.token_multiple)
 
 
 def _check_model(args: argparse.Namespace) -> None:

@@ -22,7 +22,7 @@ LAYERS = (
     ("graphcheck._version", "graphcheck.errors", "graphcheck.varlen", "graphcheck.diagnostics"),
     ("graphcheck.cache",),
     ("graphcheck.kernels",),
-    ("graphcheck.model",),
+    ("graphcheck.model", "graphcheck.options"),
     ("graphcheck.analysis",),
     ("graphcheck.stages",),
     ("graphcheck.rules",),
@@ -36,7 +36,7 @@ LAYERS = (
 )
 TOP_LEVEL = {
     "__init__.py", "__main__.py", "_version.py", "api.py", "checker.py", "cli.py",
-    "diagnostics.py", "errors.py", "pytest_plugin.py", "report.py", "varlen.py",
+    "diagnostics.py", "errors.py", "options.py", "pytest_plugin.py", "report.py", "varlen.py",
 }  # fmt: skip
 FOLDERS = {
     "analysis", "cache", "gate", "kernels", "model", "project", "reporters", "rules", "stages",

@@ -45,14 +45,15 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import os
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from graphcheck.errors import UsageError
+from graphcheck.options import MODEL_KEYS, config_value
+from graphcheck.options import file_path as _path
+from graphcheck.options import ints as _ints
 
 __all__ = [
     "CHECK_KEYS",
@@ -69,21 +70,11 @@ __all__ = [
 
 LOCK_NAME = "graphcheck.lock"
 TOP_KEYS = ("checks", "ignore", "require_stage_programs", "select")
-MODEL_KEYS = (
-    "allow_fp32", "backward", "boundary_state", "docs", "dtype", "inputs", "inputs_from", "kernels",
-    "layers", "mode", "outputs", "set", "stand_ins", "strict", "token_local", "token_multiple",
-    "tokens",
-)  # fmt: skip
 PLAN_KEYS = ("cuts", "layout", "stages")
 CHECK_KEYS = (
     "ignore", "model", "name", "require_stage_programs", "select", "stage_builder",
     *MODEL_KEYS, *PLAN_KEYS,
 )  # fmt: skip
-_API_NAMES = {
-    "set": "settings",
-    "mode": "program_mode",
-    "token_local": "token_local_ops",
-}  # config key -> API keyword
 
 
 class PlanKind(StrEnum):
@@ -251,7 +242,8 @@ def _check(table: dict, folder: Path, where: str, selectors: tuple, require: boo
     options = {}
     for key in MODEL_KEYS:
         if key in table:
-            options[_API_NAMES.get(key, key)] = _VALUES[key](table[key], folder, f"{where}: {key}")
+            keyword, value = config_value(key, table[key], folder, where)
+            options[keyword] = value
     builder = table.get("stage_builder")
     if builder is not None:
         builder = _builder(_typed(table, "stage_builder", str, where), folder, where)
@@ -270,21 +262,6 @@ def _typed(table: dict, key: str, kind: type, where: str):
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise UsageError(f"{where}: {key} = {value!r} is not a {kind.__name__}")
     return value
-
-
-def _display(path: Path) -> str:
-    """``path`` relative to the working directory when it lies under it, else absolute."""
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _path(text: str, folder: Path, where: str) -> str:
-    path = folder / os.path.expanduser(text)
-    if not path.is_file():
-        raise UsageError(f"{where}: {text}: no such file (relative paths are relative to {folder})")
-    return _display(path.resolve())
 
 
 def _model(spec: str, folder: Path, where: str) -> str:
@@ -349,66 +326,3 @@ def _plans(table: dict, where: str) -> tuple[Plan, ...]:
                 raise UsageError(f"{where}: layout {text!r} is not a layout string (E|t*4|L)")
             plans.append(Plan(PlanKind.LAYOUT, text))
     return tuple(plans) or (Plan(PlanKind.DECLARED),)
-
-
-def _ints(value, where: str) -> list[int]:
-    ok = isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
-    if not ok:
-        raise UsageError(f"{where} = {value!r}: give non-negative integers, e.g. [2, 4]")
-    return value
-
-
-def _string_list(value, folder: Path, where: str) -> list[str]:
-    if isinstance(value, str):
-        value = [part for part in value.split(",") if part]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{where} = {value!r} is not a list of strings")
-    return value
-
-
-def _of(*kinds: type, what: str) -> Callable:
-    def check(value, folder: Path, where: str):
-        if isinstance(value, bool) and bool not in kinds:
-            raise UsageError(f"{where} = {value!r} is not {what}")
-        if not isinstance(value, kinds):
-            raise UsageError(f"{where} = {value!r} is not {what}")
-        return value
-
-    return check
-
-
-def _docs(value, folder: Path, where: str):
-    if isinstance(value, list):
-        return tuple(_ints(value, where))
-    return _of(int, what="a count or a list of document lengths")(value, folder, where)
-
-
-def _choice(*choices: str) -> Callable:
-    def check(value, folder: Path, where: str):
-        if value not in choices:
-            raise UsageError(f"{where} = {value!r}: use one of {', '.join(choices)}")
-        return value
-
-    return check
-
-
-_VALUES: dict[str, Callable] = {
-    "allow_fp32": _string_list,
-    "boundary_state": _of(str, dict, what="a JSON string or a table"),
-    "docs": _docs,
-    "dtype": _choice("bfloat16", "float32"),
-    "inputs": _string_list,
-    "inputs_from": _of(str, what="an input convention name, e.g. torchtitan"),
-    "kernels": lambda value, folder, where: _path(_of(str, what="a path")(value, folder, where),
-                                                  folder, where),
-    "layers": _of(str, what="a module path, e.g. model.layers"),
-    "mode": _choice("train", "eval"),
-    "outputs": _string_list,
-    "set": _of(dict, what="a table of config keys, e.g. { num_hidden_layers = 4 }"),
-    "stand_ins": _of(bool, what="true or false"),
-    "strict": _of(bool, what="true or false"),
-    "backward": _of(bool, what="true or false"),
-    "token_local": _string_list,
-    "token_multiple": _of(int, what="an integer"),
-    "tokens": _of(int, what="an integer"),
-}  # fmt: skip

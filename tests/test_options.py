@@ -1,0 +1,80 @@
+"""The model options, declared once (graphcheck/options.py): the flags, the
+configuration keys, the API keywords and the README's table all come from it."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from harness import ROOT
+
+from graphcheck import options
+from graphcheck.cli import build_parser
+from graphcheck.errors import UsageError
+from graphcheck.model.session import Session
+from graphcheck.options import OPTIONS, Form, Group
+from graphcheck.project.config import CHECK_KEYS, load_config
+
+
+def test_the_readme_table_is_the_declarations():
+    readme = (ROOT / "README.md").read_text()
+    begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
+    table = readme[readme.index(begin) + len(begin) : readme.index(end)]
+    assert table == options.reference_markdown(), "regenerate the options table in README.md"
+
+
+def test_every_option_is_a_flag_of_verify_and_map_with_its_api_keyword():
+    parser = build_parser()
+    for command in ("verify", "map"):
+        args = parser.parse_args([command, "m.py:f"])
+        parsed = options.from_args(args, *Group)
+        assert set(parsed) == {o.keyword for o in OPTIONS}
+        assert parsed["stand_ins"] is True and parsed["program_mode"] == "train"
+        assert parsed["settings"] == {} and parsed["docs"] is None
+
+
+def test_a_flag_given_reaches_its_api_keyword():
+    argv = ["verify", "m.py:f", "--set", "num_hidden_layers=2", "--inputs", "a,b",
+            "--docs", "3,4", "--no-stand-ins", "--mode", "eval", "--token-local", "ns::op",
+            "--tokens", "7"]  # fmt: skip
+    parsed = options.from_args(build_parser().parse_args(argv), *Group)
+    assert parsed["settings"] == {"num_hidden_layers": 2}
+    assert parsed["inputs"] == ["a", "b"] and parsed["docs"] == (3, 4)
+    assert parsed["stand_ins"] is False and parsed["program_mode"] == "eval"
+    assert parsed["token_local_ops"] == ["ns::op"] and parsed["tokens"] == 7
+
+
+def test_every_api_keyword_is_a_parameter_of_the_session():
+    accepted = set(inspect.signature(Session.__init__).parameters)
+    assert {o.keyword for o in OPTIONS} <= accepted
+
+
+def test_every_option_is_a_configuration_key_read_into_its_api_keyword(tmp_path: Path):
+    assert set(options.MODEL_KEYS) <= set(CHECK_KEYS)
+    model = tmp_path / "m.py"
+    model.write_text("def f():\n    return None\n")
+    (tmp_path / "graphcheck.toml").write_text(
+        '[[checks]]\nmodel = "m.py:f"\ncuts = [1]\nset = { num_hidden_layers = 2 }\n'
+        'mode = "eval"\ntoken_local = ["ns::op"]\ndocs = [3, 4]\nstand_ins = false\n'
+    )
+    (check,) = load_config(tmp_path / "graphcheck.toml").checks
+    assert check.options == {
+        "settings": {"num_hidden_layers": 2}, "program_mode": "eval",
+        "token_local_ops": ["ns::op"], "docs": (3, 4), "stand_ins": False,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [("mode", "test", "use one of train, eval"), ("tokens", True, "is not an integer"),
+     ("docs", [3, -1], "give non-negative integers")],
+)  # fmt: skip
+def test_a_bad_configuration_value_is_one_usage_error_naming_the_key(key, value, said):
+    with pytest.raises(UsageError, match=said) as err:
+        options.config_value(key, value, Path("."), "[[checks]] 1")
+    assert f"[[checks]] 1: {key}" in str(err.value)
+
+
+def test_every_form_is_declared_by_some_option():
+    assert {o.form for o in OPTIONS} == set(Form)
