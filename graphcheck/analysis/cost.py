@@ -52,6 +52,7 @@ import torch.fx
 from graphcheck.analysis.dataflow import CutAnalysis
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import bind
+from graphcheck.analysis.opfacts import CONVOLUTION, MATMUL, SDPA_ATTENTION, VARLEN_ATTENTION
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 
@@ -60,24 +61,6 @@ __all__ = ["DOC_LENGTH", "Costs", "LayerCost", "costs", "keys_per_query"]
 DOC_LENGTH = 4096  # the mean document length attention is counted at, unless given
 
 FIRST, LAST = "first", "last"  # the parts that are not layers: embedding, norm + head
-
-_MATMUL = {
-    "aten.mm.default",
-    "aten.bmm.default",
-    "aten.addmm.default",
-    "aten.linear.default",
-    "aten.matmul.default",
-    "aten._grouped_mm.default",
-}
-_CONV = {"aten.convolution.default", "aten.conv1d.default", "aten.conv2d.default"}
-_VARLEN = {"torch_attn._varlen_attn.default", "graphcheck.varlen_attention.default"}
-_SDPA = {
-    "aten.scaled_dot_product_attention.default",
-    "aten._scaled_dot_product_flash_attention_for_cpu.default",
-    "aten._scaled_dot_product_efficient_attention.default",
-    "aten._scaled_dot_product_flash_attention.default",
-    "aten._scaled_dot_product_cudnn_attention.default",
-}
 
 
 @dataclass
@@ -220,7 +203,7 @@ def _bytes(node: torch.fx.Node) -> int:
 
 def _count(part: LayerCost, node: torch.fx.Node, tokens: sympy.Expr | None, doc: int) -> None:
     name = op_name(node.target)
-    if name in _VARLEN or name in _SDPA or name.endswith("flex_attention"):
+    if name in VARLEN_ATTENTION or name in SDPA_ATTENTION or name.endswith("flex_attention"):
         flops = _attention(node, name, doc)
         part.attention_flops_per_token += flops
         part.flops_per_token += flops
@@ -239,10 +222,10 @@ def _matmul_flops(node: torch.fx.Node, name: str) -> sympy.Expr | None:
     """The symbolic FLOPs of a matmul-like node (``None``: not one)."""
     args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
     out = node.meta.get("val")
-    if name in _MATMUL and isinstance(out, torch.Tensor):
+    if name in MATMUL and isinstance(out, torch.Tensor):
         a = args[1] if name == "aten.addmm.default" else args[0]
         return 2 * _numel(out) * _dim(a.shape[-1])
-    if name in _CONV and isinstance(out, torch.Tensor):
+    if name in CONVOLUTION and isinstance(out, torch.Tensor):
         return 2 * _numel(out) * _numel(args[1], skip=1)
     if name == "aten.einsum.default":
         return _einsum(args[0], args[1])

@@ -28,15 +28,17 @@ import torch.fx
 
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import bind
+from graphcheck.analysis.opfacts import (
+    LINEAR_ATTENTION,
+    MATMUL,
+    ROUTED,
+    SDPA_ATTENTION,
+    VARLEN_ATTENTION,
+)
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 
 __all__ = ["LayerKind", "attention_label", "layer_kinds"]
-
-_VARLEN = {"torch_attn._varlen_attn.default", "graphcheck.varlen_attention.default"}
-_LINEAR = {"graphcheck.chunk_gated_delta_rule.default"}
-_MOE = {"aten.topk.default", "aten._grouped_mm.default"}
-_MATMUL = {"aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.linear.default"}
 
 
 @dataclass(frozen=True)
@@ -63,17 +65,17 @@ def attention_label(name: str, bound: dict) -> str:
 
 
 def _mixer(node: torch.fx.Node, name: str) -> str | None:
-    if name in _VARLEN:
+    if name in VARLEN_ATTENTION:
         return attention_label(name, bind(node))
-    if "scaled_dot_product" in name or name.endswith("flex_attention"):
+    if name in SDPA_ATTENTION or name.endswith("flex_attention"):
         return attention_label(name, {})
-    return "linear attention" if name in _LINEAR else None
+    return "linear attention" if name in LINEAR_ATTENTION else None
 
 
 def _label(ops: list[tuple[torch.fx.Node, str]]) -> str:
     mixers = list(dict.fromkeys(m for node, name in ops if (m := _mixer(node, name))))
     names = {name for _, name in ops}
-    mlp = "MoE" if names & _MOE else "dense" if names & _MATMUL else None
+    mlp = "MoE" if names & ROUTED else "dense" if names & MATMUL else None
     return " · ".join(p for p in (" + ".join(mixers), mlp) if p) or "no ops"
 
 
