@@ -74,7 +74,7 @@ from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse, tokens_of
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.diagnostics import Diagnostic
-from graphcheck.errors import AnalysisError, GraphcheckError, UsageError
+from graphcheck.errors import AnalysisError, GraphcheckError, UsageError, one_line
 from graphcheck.kernels import patched
 from graphcheck.kernels.attention import attention_record
 from graphcheck.kernels.functions import validate_function
@@ -693,8 +693,10 @@ def _tokens(ctx: Context) -> dict:
 
 def _first_line(err: BaseException) -> str:
     """An error's first line, for a finding's message."""
-    text = str(err).strip().splitlines()
-    return text[0].split(" (Could this error message be improved?")[0] if text else repr(err)
+    if not str(err).strip():
+        return repr(err)
+    improved = " (Could this error message be improved?"
+    return one_line(err, typed=False, cut=improved, limit=0)
 
 
 def _backward(ctx: Context, cases: list[Context]) -> dict | None:

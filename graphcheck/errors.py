@@ -23,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "AnalysisError",
     "ExportError",
+    "FreshProcessError",
     "GateError",
     "GraphcheckError",
     "LayoutError",
@@ -66,6 +67,11 @@ class AnalysisError(GraphcheckError):
     """The exported graph holds something graphcheck cannot analyse."""
 
 
+class FreshProcessError(GraphcheckError):
+    """A fresh process (a stage built alone, a gate rank) died before it returned (a
+    crash, a signal, out of memory)."""
+
+
 class GateError(GraphcheckError):
     """The gate could not run: an op without a CPU implementation, a model that
     raises on real weights."""
@@ -78,12 +84,34 @@ def reworded(err: GraphcheckError, message: str) -> GraphcheckError:
     return new
 
 
-def one_line(err: BaseException) -> str:
-    """``Type: first line`` of an exception from user code, shortened to one line.
+def one_line(
+    err: BaseException,
+    *,
+    typed: bool = True,
+    last: bool = False,
+    sentence: bool = False,
+    cut: str = "",
+    limit: int = 300,
+) -> str:
+    """One line of ``err``'s message, for a finding or an error line: its first
+    non-empty line (``last``: its last), up to ``cut`` (torch's bookkeeping, such as
+    ``" (unhinted:"``), its first sentence only (``sentence``), after ``Type: ``
+    (``typed``), shortened to ``limit`` characters (``0``: not shortened). Every
+    condensed error of graphcheck goes through here.
 
     >>> one_line(KeyError("boom"))
     "KeyError: 'boom'"
+    >>> one_line(ValueError("first. second\\nlast"), typed=False, sentence=True)
+    'first'
+    >>> one_line(ValueError("a\\nb"), typed=False, last=True)
+    'b'
     """
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    text = f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    return text if len(text) <= 300 else text[:297] + "..."
+    head = (lines[-1] if last else lines[0]) if lines else ""
+    if cut:
+        head = head.split(cut)[0]
+    if sentence:
+        head = head.split(". ")[0]
+    name = type(err).__name__
+    text = f"{name}: {head}".rstrip(": ") if typed else head or name
+    return text if not limit or len(text) <= limit else text[: limit - 3] + "..."

@@ -47,7 +47,7 @@ from torch._guards import detect_fake_mode
 from graphcheck.analysis.export import Exported
 from graphcheck.analysis.locality import Tokens, meta_toks
 from graphcheck.analysis.passes.propagate_locality_pass import PropagateLocalityPass, flat
-from graphcheck.errors import AnalysisError
+from graphcheck.errors import AnalysisError, one_line
 
 __all__ = ["BackwardProof", "prove_backward"]
 
@@ -223,8 +223,7 @@ def _by_name(replacements: dict, name: str):
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"
+    return one_line(err, limit=0)
 
 
 def _forward_part(graph: torch.fx.Graph) -> set[torch.fx.Node]:

@@ -32,7 +32,7 @@ from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
 )
 
-from graphcheck.errors import ExportError
+from graphcheck.errors import ExportError, one_line
 
 __all__ = ["export_error", "is_constraint_violation", "user_frame"]
 
@@ -176,7 +176,4 @@ def _raised_in_non_strict_tracer(err: BaseException) -> bool:
 
 def _first_line(err: BaseException) -> str:
     """``Type: first line`` of torch's message, without its bookkeeping, shortened."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    head = lines[0].split(" (unhinted:")[0] if lines else ""
-    text = f"{type(err).__name__}: {head}".rstrip(": ")
-    return text if len(text) <= 300 else text[:297] + "..."
+    return one_line(err, cut=" (unhinted:")

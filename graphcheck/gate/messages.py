@@ -13,6 +13,7 @@ Every failure the gate reports (an exit-2 :class:`~graphcheck.errors.GateError` 
 
 from __future__ import annotations
 
+from graphcheck import errors
 from graphcheck.analysis.fx import op_name
 from graphcheck.gate.graph_run import Blocked, NodeFailure
 
@@ -28,9 +29,7 @@ __all__ = [
 
 def one_line(err: BaseException) -> str:
     """The first sentence of the first line of ``err``, shortened."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    text = lines[0].split(". ")[0] if lines else type(err).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    return errors.one_line(err, typed=False, sentence=True, limit=200)
 
 
 def kernel_message(where: str, err: BaseException) -> str:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphcheck.errors import ModelLoadError, UsageError
+from graphcheck.errors import ModelLoadError, UsageError, one_line
 from graphcheck.model.spec import PREFIX, config_file, hf_target, is_config_path, is_hf_spec
 
 if TYPE_CHECKING:
@@ -535,6 +535,4 @@ def _resized(base: dict, settings: dict) -> dict:
 
 def _one_line(err: BaseException) -> str:
     """The last informative line of a (possibly multi-line) config error."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    text = lines[-1] if lines else type(err).__name__
-    return text if len(text) <= 240 else text[:237] + "..."
+    return one_line(err, typed=False, last=True, limit=240)

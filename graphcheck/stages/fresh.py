@@ -38,17 +38,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from graphcheck.errors import GraphcheckError
+from graphcheck.errors import FreshProcessError  # kept importable from here
 
 __all__ = ["FreshProcessError", "run_fresh", "run_fresh_many", "start"]
 
 # This module first: it makes the fork server ignore Ctrl-C before the long imports.
 _PRELOAD = ["graphcheck.stages.fresh", "torch", "graphcheck.api"]
 _context = None
-
-
-class FreshProcessError(GraphcheckError):
-    """The fresh process died before it returned (a crash, a signal, out of memory)."""
 
 
 def _in_fork_server() -> bool:
