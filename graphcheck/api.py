@@ -1,7 +1,7 @@
 """The Python API, mirroring the command line.
 
 >>> report = verify("fixtures/reference.py:reference", cuts=[4])
->>> report.verdict, report.codes, [str(c.role) for c in report.cut(4).crossing][:2]
+>>> str(report.verdict), report.codes, [str(c.role) for c in report.cut(4).crossing][:2]
 ('pass', set(), ['activation', 'replicated'])
 
 Model options, shared by :func:`verify` and :func:`cut_map` (the command-line
@@ -73,7 +73,7 @@ from graphcheck.analysis.lengths import (
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse, tokens_of
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
-from graphcheck.diagnostics import Diagnostic
+from graphcheck.diagnostics import Diagnostic, Verdict
 from graphcheck.errors import AnalysisError, GraphcheckError, UsageError, one_line
 from graphcheck.kernels import patched
 from graphcheck.kernels.attention import attention_record
@@ -228,7 +228,7 @@ class Explorer:
     :meth:`context` hands the proof's placement to whoever runs the plan (the gate).
 
     >>> explorer = Explorer("fixtures/reference.py:reference")
-    >>> [explorer.verify([k]).verdict for k in (2, 4)], explorer.map().legal_cuts()[:3]
+    >>> [str(explorer.verify([k]).verdict) for k in (2, 4)], explorer.map().legal_cuts()[:3]
     (['pass', 'pass'], [0, 1, 2])
     """
 
@@ -565,7 +565,7 @@ class Explorer:
             self.session.name, self.num_layers, stages, virtual, cost, model_costs, found,
             balance(layers, chunks, None, first, last), legal,
             [{"position": c.position, "codes": sorted(set(c.codes))} for c in cut_map.cuts
-             if c.verdict == "fail"],
+             if c.verdict == Verdict.FAIL],
             sorted({d.code for d in cut_map.errors if d.cut is None}), proof,
             seconds=time.perf_counter() - start,
             legal_by_ignore=[{"position": c.position, "codes": c.ignored} for c in cut_map.cuts

@@ -26,6 +26,7 @@ import threading
 import warnings
 
 from graphcheck._version import __version__
+from graphcheck.diagnostics import Severity
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.options import Group, add_arguments, find, from_args
 
@@ -582,7 +583,7 @@ def _findings(rendered: str) -> str:
         ]
     if not isinstance(found, list):
         return ""
-    errors = [d for d in found if isinstance(d, dict) and d.get("severity") == "error"]
+    errors = [d for d in found if isinstance(d, dict) and d.get("severity") == Severity.ERROR]
     cuts = sorted({d["cut"] for d in errors if isinstance(d.get("cut"), int)})
     at = f" at cuts {', '.join(map(str, cuts))}" if cuts else ""
     if errors:

@@ -7,7 +7,7 @@ module path, the model's source line).
 
 >>> d = Diagnostic("GC202", "boundary-not-bf16", "cut 4 carries float32", cut=4)
 >>> d.code, d.severity
-('GC202', 'error')
+('GC202', <Severity.ERROR: 'error'>)
 
 :func:`group` folds findings that repeat (one per layer, one per cut) into one
 :class:`Group` per code, source line and message shape, for the reports a person
@@ -23,6 +23,7 @@ import re
 import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Diagnostic",
     "Group",
+    "Severity",
+    "Verdict",
     "generated",
     "group",
     "library",
@@ -40,6 +43,20 @@ __all__ = [
     "source_line",
     "spans",
 ]
+
+
+class Severity(StrEnum):
+    """How much a finding weighs: an error fails the verdict, a warning does not."""
+
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class Verdict(StrEnum):
+    """A cut's, a plan's or a run's verdict."""
+
+    PASS = "pass"
+    FAIL = "fail"
 
 
 @dataclass(frozen=True)
@@ -52,7 +69,7 @@ class Diagnostic:
     node: str | None = None
     module: str | None = None
     source: str | None = None
-    severity: str = "error"
+    severity: str = Severity.ERROR
     layer: int | None = None  # the decoder layer the node runs in (set by the checker)
 
     def as_dict(self) -> dict:
@@ -240,7 +257,7 @@ class Group:
         'shared · cut 2 · stage 1'
         """
         d, count = self.first, len(self.members)
-        label = " (warning)" if d.severity == "warning" else ""
+        label = " (warning)" if d.severity == Severity.WARNING else ""
         lone = [f"cut {d.cut}" if d.cut is not None else None]
         lone += [f"stage {d.stage}" if d.stage is not None else None]
         where = self.where() if count > 1 else " · ".join(w for w in lone if w)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from graphcheck.diagnostics import Verdict
+
 if TYPE_CHECKING:
     from graphcheck.api import ModelArg
     from graphcheck.report import Report
@@ -41,7 +43,7 @@ def assert_cuts(
     from graphcheck.report import render
 
     report = verify(model, cuts, stages, **options)
-    if report.verdict != "pass":
+    if report.verdict != Verdict.PASS:
         codes = ", ".join(sorted({d.code for d in report.errors}))
         raise AssertionError(f"graphcheck: the cuts are not proven ({codes})\n{render(report)}")
     return report

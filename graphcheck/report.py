@@ -8,7 +8,7 @@ by name, so a new output format is one new module.
 The JSON form is the public contract (``"graphcheck": "<version>"`` first):
 
 >>> r = Report(model="m.py:f", num_layers=2, mode="verify")
->>> r.verdict, r.exit_code, list(r.as_dict())[:3]
+>>> str(r.verdict), r.exit_code, list(r.as_dict())[:3]
 ('pass', 0, ['graphcheck', 'model', 'mode'])
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
 from graphcheck.analysis.plan import Stage
-from graphcheck.diagnostics import Diagnostic, group
+from graphcheck.diagnostics import Diagnostic, Severity, Verdict, group
 from graphcheck.rules import MISMATCH_CODES
 from graphcheck.rules.suppress import Ignored, UnusedIgnore
 
@@ -53,7 +53,7 @@ class CutReport:
 
     @property
     def verdict(self) -> str:
-        return "fail" if self.codes else "pass"
+        return Verdict.FAIL if self.codes else Verdict.PASS
 
     def as_dict(self) -> dict:
         return {
@@ -153,7 +153,9 @@ class Report:
         ignored = ignored or []
         reports = []
         for cut in cuts:
-            here = [d for d in diagnostics if d.cut == cut.position and d.severity == "error"]
+            here = [
+                d for d in diagnostics if d.cut == cut.position and d.severity == Severity.ERROR
+            ]
             state = (states or {}).get(cut.position)
             report = CutReport(cut.position, cut.crossing, [d.code for d in here], state)
             report.ignored = sorted(
@@ -172,22 +174,22 @@ class Report:
 
     @property
     def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity == "error"]
+        return [d for d in self.diagnostics if d.severity == Severity.ERROR]
 
     @property
     def verdict(self) -> str:
         """``fail`` on an error, or on stage programs required and not proven."""
         required = self.stage_proof is not None and self.stage_proof.fails
-        return "fail" if self.errors or required else "pass"
+        return Verdict.FAIL if self.errors or required else Verdict.PASS
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.verdict == "fail" else 0
+        return 1 if self.verdict == Verdict.FAIL else 0
 
     def summary(self) -> str:
         """What the verdict line says in brackets: ``1/1 cuts proven; 2 stage programs,
         0 differences; 3 ignored``."""
-        proven = sum(c.verdict == "pass" for c in self.cuts)
+        proven = sum(c.verdict == Verdict.PASS for c in self.cuts)
         stages = self.stage_summary()
         parts = [f"{proven}/{len(self.cuts)} cuts proven", *([stages] if stages else [])]
         if self.ignored:
@@ -226,7 +228,7 @@ class Report:
         """Boundaries whose cut passes and that no whole-program finding spoils."""
         if any(d.cut is None for d in self.errors):
             return []
-        return [c.position for c in self.cuts if c.verdict == "pass"]
+        return [c.position for c in self.cuts if c.verdict == Verdict.PASS]
 
     def as_dict(self) -> dict:
         return {
@@ -270,7 +272,7 @@ class Report:
 
 def _counts_at(d: Diagnostic, position: int) -> bool:
     """Whether error ``d`` would fail cut ``position`` (at it, or whole-program)."""
-    return d.severity == "error" and d.cut == position
+    return d.severity == Severity.ERROR and d.cut == position
 
 
 def _group_dict(g) -> dict:
@@ -336,11 +338,12 @@ class PlanReport:
 
     @property
     def verdict(self) -> str:
-        return "pass" if self.proof is not None and self.proof.verdict == "pass" else "fail"
+        proven = self.proof is not None and self.proof.verdict == Verdict.PASS
+        return Verdict.PASS if proven else Verdict.FAIL
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == "pass" else 1
+        return 0 if self.verdict == Verdict.PASS else 1
 
     def as_dict(self) -> dict:
         def plan(found) -> dict | None:

@@ -28,6 +28,7 @@ import json
 import re
 from pathlib import Path
 
+from graphcheck.diagnostics import Verdict
 from graphcheck.errors import UsageError
 from graphcheck.project.check import CheckResult
 from graphcheck.project.diff import Change, ChangeKind
@@ -66,7 +67,7 @@ def _change_lines(change: Change) -> list[str]:
 
 def _summary(result: CheckResult) -> str:
     reports = result.reports
-    proven = sum(r.verdict == "pass" for _, _, r in reports)
+    proven = sum(r.verdict == Verdict.PASS for _, _, r in reports)
     errors = sum(run.error is not None for run in result.runs)
     parts = [_count(len(result.runs), "check"), f"{proven}/{len(reports)} plans proven"]
     parts += [f"{errors} could not run"] if errors else []
@@ -97,7 +98,7 @@ def _text(result: CheckResult) -> str:
         if run.error is not None:
             out.append(f"error: {run.error}\n")
         for plan, report in run.reports.items():
-            if result.command == "lock" or report.verdict == "pass":
+            if result.command == "lock" or report.verdict == Verdict.PASS:
                 out.append(_plan_line(plan, report))
             else:
                 out.append(f"-- {plan} --\n{report.text}")

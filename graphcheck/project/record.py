@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from graphcheck.diagnostics import Verdict
 from graphcheck.project.lockfile import ModelState, entry_problem
 
 __all__ = ["PlanResult", "record_of", "record_plain"]
@@ -66,7 +67,7 @@ class PlanResult:
         return cls(
             report.verdict,
             report.exit_code,
-            sum(c.verdict == "pass" for c in report.cuts),
+            sum(c.verdict == Verdict.PASS for c in report.cuts),
             len(report.cuts),
             tuple(sorted({d.code for d in report.errors})),
             tuple(sorted(report.codes)),

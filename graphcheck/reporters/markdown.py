@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
 from graphcheck.analysis.taint import Role
-from graphcheck.diagnostics import Group, group
+from graphcheck.diagnostics import Group, Verdict, group
 from graphcheck.errors import UsageError
 from graphcheck.reporters.sarif import doc_sections
 from graphcheck.rules import INFO
@@ -58,8 +58,8 @@ def _code(text: str) -> str:
 
 
 def _heading(report: Report) -> str:
-    mark = "✅" if report.verdict == "pass" else "❌"
-    proven = sum(c.verdict == "pass" for c in report.cuts)
+    mark = "✅" if report.verdict == Verdict.PASS else "❌"
+    proven = sum(c.verdict == Verdict.PASS for c in report.cuts)
     stages = report.stage_summary()  # verify: the verdict line's words on them
     stages = f" · {stages}" if stages else ""
     attention = report.attention
@@ -136,7 +136,7 @@ def _ignored(report: Report) -> str:
 
 
 def _first_violation(report: Report) -> str:
-    cut: CutReport | None = next((c for c in report.cuts if c.verdict == "fail"), None)
+    cut: CutReport | None = next((c for c in report.cuts if c.verdict == Verdict.FAIL), None)
     if cut is None:
         return ""
     rows = [

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from graphcheck._version import __version__
+from graphcheck.diagnostics import Severity
 from graphcheck.errors import UsageError
 from graphcheck.rules import INFO, RuleInfo
 from graphcheck.rules.suppress import IgnoredBy
@@ -170,7 +171,7 @@ def rule_descriptor(rule: RuleInfo) -> dict:
 
 
 def _level(severity: str) -> str:
-    return "warning" if severity == "warning" else "error"
+    return "warning" if severity == Severity.WARNING else "error"
 
 
 def _result(d: Diagnostic, index: dict[str, int], fallback: dict | None) -> dict:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
 from graphcheck.analysis.taint import Role
-from graphcheck.diagnostics import Group, group, spans
+from graphcheck.diagnostics import Group, Verdict, group, spans
 
 if TYPE_CHECKING:
     from graphcheck.analysis.dataflow import Crossing
@@ -252,7 +252,7 @@ def _first_findings(report: Report) -> list[str]:
     firsts = [
         next(d for d in report.errors if d.cut == cut.position)
         for cut in report.cuts
-        if cut.verdict == "fail"
+        if cut.verdict == Verdict.FAIL
     ]
     lines = []
     for g in group(firsts):
