@@ -75,7 +75,7 @@ process runs), :mod:`graphcheck.gate.checks` (the comparisons) and
 
 >>> report = gate("fixtures/reference.py:reference", cuts=[4], docs=(9, 5))
 >>> report.static_verdict, report.bytes.status, report.isolation.holds, report.exit_code
-('pass', <ByteStatus.EQUAL: 'equal'>, True, 0)
+(<Verdict.PASS: 'pass'>, <ByteStatus.EQUAL: 'equal'>, True, 0)
 """
 
 from __future__ import annotations
