@@ -124,7 +124,7 @@ BAD_INPUTS = [
     (["frobnicate"], "invalid choice: 'frobnicate'", ARGS),
     ([], "the following arguments are required: command", ARGS),
     pytest.param(["verify", spec("violations:export_fails"), "--cuts", "2"],
-                 "torch.export failed", EXPORT, marks=pytest.mark.slow),  # test_cli's twin: fast
+                 "torch.export failed", EXPORT, id="export-fails"),  # slow; test_cli's twin: fast
 ]  # fmt: skip
 
 

@@ -102,7 +102,6 @@ def test_a_malformed_declaration_in_the_model_is_a_layout_error():
         Explorer(factory)
 
 
-@pytest.mark.slow
 def test_stage_programs_take_and_return_the_declared_state():
     report = Explorer(spec("hyper_connections:declared")).verify(
         [0, 2, 4], stage_builder="keep-index"
@@ -110,7 +109,6 @@ def test_stage_programs_take_and_return_the_declared_state():
     assert (report.verdict, report.diagnostics, len(report.stage_programs)) == ("pass", [], 4)
 
 
-@pytest.mark.slow
 def test_gate_runs_stages_fed_the_declared_state_and_agrees(cli):
     code, out, _ = cli("gate", spec("hyper_connections:declared"), "--cuts", "0,2,4")
     assert code == 0

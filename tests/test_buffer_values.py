@@ -41,7 +41,8 @@ def test_rope_base_passes_where_the_offset_is_a_multiple_of_the_period():
 
 
 @pytest.mark.parametrize(
-    "builder", ["keep-index", pytest.param("moduledict", marks=pytest.mark.slow)]
+    "builder",
+    ["keep-index", "moduledict"],  # moduledict: slow (tests/slow.txt)
 )
 def test_rope_base_passes_with_index_keeping_builders(builder):
     assert errors("rope_base_by_layer", builder, 2) == []
@@ -51,7 +52,6 @@ def test_uniform_rope_base_passes_rebuilt():
     assert errors("rope_base_uniform", "rebuild", 2) == []
 
 
-@pytest.mark.slow
 def test_uniform_rope_base_passes_rebuilt_at_every_cut():
     for cut in range(9):
         assert errors("rope_base_uniform", "rebuild", cut) == [], cut

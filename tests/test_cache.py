@@ -379,7 +379,6 @@ def test_an_option_too_long_to_be_a_path_is_still_keyed(tmp_path):
     assert len(keys) == 2
 
 
-@pytest.mark.slow
 def test_a_reloaded_program_does_not_analyse_as_the_live_one():
     """Why only reports are cached (graphcheck/cache/__init__.py): an exported program saved
     with ``torch.export.save`` and loaded back judges the reference decoder's cuts

@@ -124,7 +124,6 @@ def test_an_edit_of_the_model_runs_afresh_and_the_lock_names_it(project, exports
     assert warm[:2] == cold[:2] and len(exports) == 2 and _notes(warm[2]) == ["tiny"]
 
 
-@pytest.mark.slow  # two more exports
 def test_no_cache_neither_reads_nor_writes(project, exports, cli, monkeypatch):
     root = project(TINY)
     monkeypatch.delenv("GRAPHCHECK_NO_CACHE")

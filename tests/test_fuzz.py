@@ -168,7 +168,6 @@ def test_static_pass_implies_equal_bytes_and_isolation(tmp_path_factory, example
     _agrees(tmp_path_factory, example)
 
 
-@pytest.mark.slow
 @_fuzz(SLOW_EXAMPLES)
 @given(examples())
 def test_static_pass_implies_equal_bytes_and_isolation_at_length(tmp_path_factory, example):
@@ -219,13 +218,11 @@ def test_the_legal_twins_are_a_static_pass(recipe, cut, tmp_path):
     assert report.verdict == "pass" and report.diagnostics == []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("recipe", "cut"), TWINS)
 def test_the_gate_agrees_with_the_legal_twins(recipe, cut, tmp_path):
     assert disagreement(recipe, cut, (5, 3, 7), tmp_path) is None
 
 
-@pytest.mark.slow
 def test_the_layer_counter_is_a_real_violation(tmp_path):
     """Ground truth for the counter part: without stage programs the static check cannot
     see it (PASS), and the stages the gate builds in fresh processes differ in bytes."""

@@ -559,7 +559,6 @@ def test_the_uncut_run_is_shared_by_every_plan_of_one_gate(monkeypatch):
     assert calls.count("run_uncut") == 2
 
 
-@pytest.mark.slow
 def test_fp32_residual_after_the_last_layer_is_a_conservative_gc303():
     """Cut after the last layer: the last stage runs the model's loop prologue again on the
     bf16 wire (a cast to fp32 and back, exact for bf16 values). Its program differs from the

@@ -106,7 +106,6 @@ def test_absolute_position_is_seen_by_shift_only():
 # --- (b) a training-only leak: the gradients ------------------------------------------------
 
 
-@pytest.mark.slow
 def test_backward_that_ignores_documents_fails_the_gradients_only(cli):
     code, out, _ = cli("gate", spec("exact_isolation:backward_leak"), "--cuts", "4",
                        "--docs", "9,5,7", "--train")  # fmt: skip

@@ -8,7 +8,7 @@ compared, and an output the gate cannot read is exit 2 naming both options. A pl
 tensor attribute (``_inv_freq_fp32``) gets the real model's value, as a buffer does.
 
 Two gate runs are fast (one passing, its negative twin whose wire rounds an fp32
-residual); the other gate runs are marked ``@pytest.mark.slow``.
+residual); the other gate runs are slow (tests/slow.txt).
 """
 
 from __future__ import annotations
@@ -185,7 +185,6 @@ SLOW_RUNS = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("name", "options", "kind", "shape"), SLOW_RUNS)
 def test_every_way_to_name_the_compared_value_passes(cli, name, options, kind, shape):
     code, report = _gate_json(cli, name, *options)
@@ -194,14 +193,12 @@ def test_every_way_to_name_the_compared_value_passes(cli, name, options, kind, s
     assert shape is None or report["compared"]["shape"] == shape
 
 
-@pytest.mark.slow
 def test_unreadable_output_is_exit_2_before_any_stage_runs(cli):
     code, out, err = cli("gate", f"{GATE}:opaque_output", "--stages", "2", "--docs", DOCS)
     assert code == 2 and out == ""
     assert "--output-fqn" in err and "--head" in err and err.count("\n") == 1
 
 
-@pytest.mark.slow
 def test_head_is_trained_by_the_loss_on_both_sides():
     report = Gate(f"{GATE}:hidden_states_model", head="lm_head").run(
         stages=2, docs=SMALL, train=True
@@ -209,7 +206,6 @@ def test_head_is_trained_by_the_loss_on_both_sides():
     assert report.train.status == "equal" and report.exit_code == 0
 
 
-@pytest.mark.slow
 def test_model_built_in_float32_keeps_its_carve_out_through_the_gate():
     spec = "fixtures/framework_build.py:declared_router"
     gate = Gate(spec, dtype="float32")

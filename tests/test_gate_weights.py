@@ -10,7 +10,7 @@ after the factory (``init_weights``, ``init_states``, ``reset_parameters``, or
 
 The helpers, the weights a process builds and what the uncut and stage processes run
 are checked in this process, as are the refusals (exit 2 before any export); the gate
-runs that start processes or export are marked ``@pytest.mark.slow``.
+runs that start processes or export are slow (tests/slow.txt).
 """
 
 from __future__ import annotations
@@ -277,7 +277,6 @@ def test_check_refuses_nan_inf_and_zero_matrices_only(tensor, name, refused):
 # --- the gate, per process ----------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_fused_qkv_with_splitting_state_dict_hook_gates_equal(cli):
     code, out, err = _gate(cli, "fused_qkv_split_hook", "--format", "json")
     assert code == 0, err
@@ -303,14 +302,12 @@ def test_init_of_another_name_is_not_guessed(cli):
     assert code == 2 and "no init method called; its init methods: my_init" in err
 
 
-@pytest.mark.slow
 def test_init_of_another_name_is_named_with_the_flag(cli):
     code, out, err = _gate(cli, "empty_experts_my_init", "--init", "my_init", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["bytes"]["status"] == "equal"
 
 
-@pytest.mark.slow
 def test_experts_filled_by_init_weights_gate_on_their_initialised_values():
     gate = Gate(spec("gate_weights:empty_experts_init_weights"))
     report = gate.run(stages=2, docs=(20, 9, 7))
@@ -321,7 +318,6 @@ def test_experts_filled_by_init_weights_gate_on_their_initialised_values():
     assert all(torch.equal(p, real.get_parameter(n)) for n, p in gate.model.named_parameters())
 
 
-@pytest.mark.slow
 def test_in_process_graph_mode_restores_by_name():
     gate = Gate(spec("gate_weights:fused_qkv_split_hook"))
     report = gate.run(stages=2, docs=(20, 9, 7), mode="graph")

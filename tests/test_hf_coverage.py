@@ -501,7 +501,6 @@ def test_script_doctests():
     assert doctest.testmod(coverage).failed == 0
 
 
-@pytest.mark.slow
 def test_script_runs_families_in_subprocesses(tmp_path):
     out = tmp_path / "results.json"
     assert coverage.main(["--only", "llama", "git", "--jobs", "2", "--json", str(out)]) == 0

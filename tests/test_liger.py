@@ -124,7 +124,6 @@ def test_a_stand_in_is_proven_not_trusted():
     assert "in model.norm" in out
 
 
-@pytest.mark.slow
 def test_a_liger_kernel_without_a_stand_in_is_refused_naming_the_call():
     code, _, err = _run(f"{LIGER}:neighborhood_attention")
     assert code == 2
@@ -147,14 +146,12 @@ def test_a_transformers_model_with_a_key_value_cache_is_refused_before_export(tm
     assert "use_cache=True" in err and "documents attend to each other" in err
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("name", "verdict"), [("llama", "PASS"), ("norm_over_tokens", "FAIL")])
 def test_the_gate_agrees_on_the_liger_models(name, verdict):
     done = fresh_process(["gate", f"{LIGER}:{name}", "--cuts", "1", "--train"])
     assert f"agrees with the static proof: {verdict}" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.slow
 def test_the_backward_of_a_liger_llama_is_proven():
     code, out, err = _run(f"{LIGER}:llama", "--backward")
     assert code == 0, err

@@ -155,7 +155,6 @@ def test_lock_then_a_window_edit_an_fp32_skip_and_a_comment(repo, cli):
     assert [line[:1] for line in diff] == ["-", "+"] and '"lockable.py": ' in diff[0]
 
 
-@pytest.mark.slow
 def test_update_rewrites_the_lock_and_exits_with_the_checks(repo, cli):
     assert cli("lock")[0] == 0
     _edit(repo, CALL, "window_size=(4, 0) if self.layer_idx == 5 else self.window_size)")

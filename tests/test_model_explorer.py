@@ -140,7 +140,6 @@ def test_opening_without_model_explorer_names_the_extra(monkeypatch):
         adapter.require()
 
 
-@pytest.mark.slow
 def test_cli_overlay_loads_in_a_fresh_process(cli, tmp_path):
     """The command line writes the overlay; a new process (no op registered by an export)
     loads it with the adapter, as ``python -m graphcheck.reporters.model_explorer`` does."""

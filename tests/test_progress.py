@@ -110,7 +110,6 @@ def _wait_for(read, text: str, seconds: float) -> str:
     raise AssertionError(f"{text!r} did not appear in {seconds} s:\n{read()}")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_a_deep_map_shows_its_phases_on_a_terminal(factory):
     session = f"graphcheck-progress-{os.getpid()}"
@@ -198,7 +197,6 @@ def test_ctrl_c_swallowed_by_a_library_still_ends_the_run_130(monkeypatch, capsy
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "wait_for"),
     [

@@ -181,7 +181,6 @@ WORST = """\
 """
 
 
-@pytest.mark.slow  # two exports; the fast run has the exit-2 twin below
 def test_check_runs_every_model_and_exits_with_the_worst(tmp_path, monkeypatch, cli):
     body = WORST.format(violations=ROOT / "fixtures/violations.py")
     root = _project(tmp_path, body)
@@ -255,7 +254,6 @@ def test_the_example_configuration_loads_with_three_kinds_of_model(monkeypatch):
     assert config.checks[0].options == {"settings": {"num_hidden_layers": 4}}
 
 
-@pytest.mark.slow  # a full-size 32-layer config.json among them: ~15 s of CPU
 def test_check_of_three_models_gives_valid_sarif_and_markdown(monkeypatch):
     import jsonschema
 

@@ -234,7 +234,6 @@ def test_gate_refuses_stage_builder_none(cli_default):
     assert code == 2 and "--stage-builder none builds none" in err
 
 
-@pytest.mark.slow
 def test_hf_models_are_proven_with_hf_slice():
     report = graphcheck.verify("hf:llama", [2], settings={"num_hidden_layers": 4})
     proof = report.stage_proof

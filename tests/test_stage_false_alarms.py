@@ -129,7 +129,6 @@ def test_token_choice_moe_proves_its_stage_programs():
     assert_proven_equal(run("adversarial:token_choice_moe", 4))
 
 
-@pytest.mark.slow
 def test_moe_whose_layers_differ_under_rebuild_still_flips():
     assert_proven_equal(run("stage_twins:moe_parity", 3))
     report = run("stage_twins:moe_parity", 3, stage_builder="rebuild")
@@ -157,12 +156,10 @@ def test_subgraphs_compare_by_content_not_by_name():
     assert subgraph_text(mask_graph(16, "0")) != subgraph_text(mask_graph(8, "0"))
 
 
-@pytest.mark.slow
 def test_flex_document_mask_proves_its_stage_programs():
     assert_proven_equal(run("adversarial:flex_document_mask", 4))
 
 
-@pytest.mark.slow
 def test_flex_mask_that_differs_per_layer_still_flips():
     assert_proven_equal(run("stage_twins:flex_window", 2))
     report = run("stage_twins:flex_window", 2, stage_builder="rebuild")
@@ -198,7 +195,6 @@ def test_tied_embeddings_prove_their_stage_programs_with_gc205_ignored():
 # --- a scalar buffer from a Python number, per-layer layer_types (Gemma 3) --------------------
 
 
-@pytest.mark.slow
 def test_gemma3_text_proves_its_stage_programs_with_hf_slice():
     report = run("hf:gemma3_text", 1, ignore=("GC205",))  # tied embeddings
     assert report.stage_proof.builder == "hf-slice"

@@ -42,7 +42,6 @@ def test_eval_mode_proves_the_eval_program(cli):
     assert all("scaled_dot_product_attention" in d["source"]["text"] for d in leaks)
 
 
-@pytest.mark.slow
 def test_reverse_twin_leaks_in_the_training_program_only():
     assert "GC401" in verify("training:kernel_by_eval", (2,)).codes
     assert verify("training:kernel_by_eval", (2,), program_mode="eval").verdict == "pass"
@@ -156,7 +155,6 @@ def test_gate_refuses_a_program_with_random_ops():
     assert "\n" not in message
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "isolation"), [("train", "bitwise"), ("eval", "fail")])
 def test_gate_runs_the_proven_program(mode, isolation):
     report = graphcheck.gate(HYBRID, cuts=[2], docs=(9, 5), program_mode=mode)
@@ -167,7 +165,6 @@ def test_gate_runs_the_proven_program(mode, isolation):
 # --- stage programs are built in the proven mode -------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", [HYBRID, training.kernel_by_training], ids=["fresh", "local"])
 def test_rebuilt_stages_run_the_eval_program(model):
     # rebuild constructs new modules (in train mode, as every new module is): exported in

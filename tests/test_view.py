@@ -230,7 +230,6 @@ def test_importing_graphcheck_does_not_import_anywidget():
         assert "anywidget" not in names, path
 
 
-@pytest.mark.slow
 def test_importing_graphcheck_leaves_anywidget_unloaded():
     code = "import sys, graphcheck; graphcheck.explore; print('anywidget' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -251,7 +250,6 @@ def test_widget_is_drawn_by_the_pages_script(written):
         graphcheck.explore(MODEL, 3, cost="bytes")  # before any export
 
 
-@pytest.mark.slow
 def test_explore_carries_the_maps_verdicts_and_plans(explorer):
     pytest.importorskip(
         "anywidget", reason="the notebook extra: pip install 'graphcheck[notebook]'"
@@ -273,7 +271,6 @@ def test_explore_carries_the_maps_verdicts_and_plans(explorer):
         graphcheck.explore(explorer, 3, cost="bytes")
 
 
-@pytest.mark.slow
 def test_wheel_ships_the_script_and_style(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
