@@ -56,6 +56,7 @@ import functools
 import time
 from collections.abc import Sequence
 
+from graphcheck import phases as progress
 from graphcheck.analysis.agreement import first_difference
 from graphcheck.analysis.backward import BackwardProof, prove_backward
 from graphcheck.analysis.balance import balance
@@ -84,7 +85,6 @@ from graphcheck.model.hf import is_hf_spec, is_transformers_model
 from graphcheck.model.modes import ProgramMode
 from graphcheck.model.session import ModelArg, Session
 from graphcheck.report import PlanReport, Report, StageProof
-from graphcheck.reporters import progress
 from graphcheck.rules.gc101_stage_plan_invalid import (
     cuts_from_fqns,
     parse_layout,

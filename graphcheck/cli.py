@@ -433,7 +433,7 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
 def _fresh(progress: bool | None):
     """Around a run that builds models: its phases shown, what the model code prints on
     stderr, torch's logging and warnings quiet (cache notes go outside it: they are seen)."""
-    from graphcheck.reporters.progress import shown
+    from graphcheck.console.progress import shown
 
     with shown(sys.stderr, progress), _prints_to_stderr(), _quiet():
         yield

@@ -19,7 +19,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "graphcheck"
 
 # The data flow, first to last: a module imports only from its layer or earlier ones.
 LAYERS = (
-    ("graphcheck._version", "graphcheck.errors", "graphcheck.varlen", "graphcheck.diagnostics"),
+    (
+        "graphcheck._version",
+        "graphcheck.errors",
+        "graphcheck.varlen",
+        "graphcheck.diagnostics",
+        "graphcheck.phases",
+    ),
     ("graphcheck.cache",),
     ("graphcheck.kernels",),
     ("graphcheck.model", "graphcheck.options"),
@@ -31,15 +37,17 @@ LAYERS = (
     ("graphcheck.api",),
     ("graphcheck.gate",),
     ("graphcheck.project",),
-    ("graphcheck.cli", "graphcheck.pytest_plugin"),
+    ("graphcheck.cli", "graphcheck.pytest_plugin", "graphcheck.console"),
     ("graphcheck", "graphcheck.__main__"),
 )
 TOP_LEVEL = {
     "__init__.py", "__main__.py", "_version.py", "api.py", "checker.py", "cli.py",
-    "diagnostics.py", "errors.py", "options.py", "pytest_plugin.py", "report.py", "varlen.py",
+    "diagnostics.py", "errors.py", "options.py", "phases.py", "pytest_plugin.py", "report.py",
+    "varlen.py",
 }  # fmt: skip
 FOLDERS = {
-    "analysis", "cache", "gate", "kernels", "model", "project", "reporters", "rules", "stages",
+    "analysis", "cache", "console", "gate", "kernels", "model", "project", "reporters", "rules",
+    "stages",
 }  # fmt: skip
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from graphcheck.reporters.progress import Phase, phase, shown, wanted
+from graphcheck.console.progress import shown, wanted
+from graphcheck.phases import Phase, phase
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHCHECK = str(Path(sys.executable).with_name("graphcheck"))
@@ -217,3 +218,14 @@ def test_ctrl_c_while_stage_processes_run_leaves_no_child_traceback(argv, wait_f
     code, lines = _interrupt(model, wait_for, group=True)
     assert code == 130
     assert _not_progress(lines) == ["graphcheck: interrupted"], lines
+
+
+def test_the_old_module_still_gives_the_hook_and_the_display_with_a_warning():
+    import graphcheck.reporters.progress as old
+    from graphcheck import phases
+    from graphcheck.console import progress
+
+    with pytest.warns(DeprecationWarning, match="moved to graphcheck.phases.phase"):
+        assert old.phase is phases.phase
+    with pytest.warns(DeprecationWarning, match="moved to graphcheck.console.progress.shown"):
+        assert old.shown is progress.shown

@@ -188,7 +188,7 @@ def test_lazy_names_resolve_and_gate_stays_the_function():
 def test_the_progress_hook_imports_neither_torch_nor_rich():
     """api and the gate import the hook; the display's library loads only when shown."""
     code = (
-        "import sys, graphcheck.reporters.progress; "
+        "import sys, graphcheck.phases, graphcheck.console.progress; "
         "print('torch' in sys.modules, 'rich' in sys.modules)"
     )
     done = subprocess.run(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from graphcheck import phases as progress
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.errors import GateError, GraphcheckError
 from graphcheck.gate.batch import PackedBatch
@@ -26,7 +27,6 @@ from graphcheck.gate.report import TrainCheck, TrainStatus
 from graphcheck.gate.runner import Recipe, pack, run_stage, unpack
 from graphcheck.gate.weights import model_logits
 from graphcheck.model.boundary import WireShape
-from graphcheck.reporters import progress
 from graphcheck.stages.fresh import run_fresh
 
 __all__ = ["StageChain", "StagePass", "in_fresh_process"]

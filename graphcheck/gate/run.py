@@ -91,6 +91,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from graphcheck import phases as progress
 from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.residual import residual_layout
 from graphcheck.api import Explorer, ModelArg
@@ -133,7 +134,6 @@ from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.boundary import WireShape
 from graphcheck.model.hf import is_hf_spec, is_transformers_model
-from graphcheck.reporters import progress
 from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
 from graphcheck.stages.builders import StageBuilder, default_builder
 
