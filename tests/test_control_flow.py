@@ -89,9 +89,11 @@ def test_a_scan_whose_carry_crosses_a_start_is_gc401_at_the_scan(name, reads):
 @pytest.mark.parametrize(
     ("name", "isolated"),
     [("scan_reset_at_starts", True), ("scan_reset_every_eight", True),
-     ("scan_never_reset", False), ("scan_reset_off_by_one", False)],
+     ("scan_never_reset", False), ("scan_reset_off_by_one", False),
+     ("loop_reset_at_starts", True), ("loop_never_reset", False),
+     ("loop_reads_next_token", False), ("loop_adds_counter", False)],
 )  # fmt: skip
-def test_the_gate_agrees_on_scans(name, isolated):
+def test_the_gate_agrees_on_scans_and_token_loops(name, isolated):
     fixture = f"control_flow:{name}"
     gated = Gate(spec(fixture), explorer=explorer(fixture)).run(
         [4], docs=(23, 9, 31, 4), mode="graph"
@@ -131,17 +133,3 @@ def test_a_token_loop_that_uses_its_counter_as_a_value_is_gc402():
     assert "the loop's counter (the absolute token index) used as a value" in (
         report.errors[0].message
     )
-
-
-@pytest.mark.parametrize(
-    ("name", "isolated"),
-    [("loop_reset_at_starts", True), ("loop_never_reset", False),
-     ("loop_reads_next_token", False), ("loop_adds_counter", False)],
-)  # fmt: skip
-def test_the_gate_agrees_on_token_loops(name, isolated):
-    fixture = f"control_flow:{name}"
-    gated = Gate(spec(fixture), explorer=explorer(fixture)).run(
-        [4], docs=(23, 9, 31, 4), mode="graph"
-    )
-    assert gated.static_verdict == ("pass" if isolated else "fail")
-    assert gated.isolation.holds is isolated, gated.isolation
