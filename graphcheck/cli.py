@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import logging
 import os
 import signal
@@ -26,7 +25,6 @@ import threading
 import warnings
 
 from graphcheck._version import __version__
-from graphcheck.diagnostics import Severity
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.options import Group, add_arguments, find, from_args
 
@@ -273,10 +271,10 @@ def _gate_parser(sub) -> None:
     _layout_options(gate)
 
 
-def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
+def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
     from graphcheck.gate.batch import parse_docs
     from graphcheck.gate.run import gate
-    from graphcheck.report import render
+    from graphcheck.report import headline, render
     from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts
 
     cuts = parse_cuts(args.cuts) if args.cuts is not None else None
@@ -286,12 +284,12 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int]:
         docs=docs, train=args.train, mode=args.run_mode, head=args.head,
         output_fqn=args.output_fqn, init=args.init, **options,
     )  # fmt: skip
-    return render(result, args.format), result.exit_code
+    return render(result, args.format), result.exit_code, headline(result)
 
 
-def _run(args: argparse.Namespace) -> tuple[str, int]:
+def _run(args: argparse.Namespace) -> tuple[str, int, str]:
     from graphcheck import api
-    from graphcheck.report import render
+    from graphcheck.report import headline, render
     from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
 
     options = from_args(args, Group.LAYOUT, Group.MODEL)
@@ -322,14 +320,14 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         )  # fmt: skip
     else:
         result = api.cut_map(args.model, doc_length=args.doc_length, **options)
-    return render(result, args.format), result.exit_code
+    return render(result, args.format), result.exit_code, headline(result)
 
 
-def _overlay(args: argparse.Namespace, options: dict) -> tuple[str, int]:
+def _overlay(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
     """``verify`` or ``map`` with ``--model-explorer DIR``: the report and the overlay
     from one explorer, so one export."""
     from graphcheck import api
-    from graphcheck.report import render
+    from graphcheck.report import headline, render
     from graphcheck.reporters.model_explorer import write_overlay
     from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
 
@@ -349,14 +347,14 @@ def _overlay(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     else:
         result = explorer.map(args.doc_length)
     write_overlay(args.model_explorer, explorer.program, result, ctx)
-    return render(result, args.format), result.exit_code
+    return render(result, args.format), result.exit_code, headline(result)
 
 
-def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
+def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
     """``map`` or ``plan`` with the cut explorer's page (``--html FILE``, ``--format html``):
     the report and the page from one explorer, so one export."""
     from graphcheck import api
-    from graphcheck.report import render
+    from graphcheck.report import headline, render
     from graphcheck.reporters.view import CutView, document
 
     explorer = api.Explorer(args.model, **options)
@@ -378,7 +376,8 @@ def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int]:
     if args.html is not None:
         with open(args.html, "w", encoding="utf-8") as handle:
             handle.write(render(view, "html"))
-    return render(view if args.format == "html" else result, args.format), result.exit_code
+    rendered = render(view if args.format == "html" else result, args.format)
+    return rendered, result.exit_code, headline(result)
 
 
 def _check_html(args: argparse.Namespace) -> None:
@@ -406,7 +405,7 @@ def _check_html(args: argparse.Namespace) -> None:
         check_folder(args.model_explorer)
 
 
-def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
+def _cached_run(args: argparse.Namespace) -> tuple[str, int, str]:
     """``_run``, or its report from the export cache (:mod:`graphcheck.cache`) when the
     model code and every option are unchanged; a finished run (exit 0 or 1) is stored."""
     if args.command in ("check", "lock"):  # looks each check up in the cache itself
@@ -423,10 +422,10 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int]:
         return hit
     _op_verdicts(cache_dir, no_cache)  # after a miss: a hit imports no torch
     with _fresh(args.progress):
-        rendered, code = _run(args)
+        rendered, code, line = _run(args)
     if cache is not None:
-        cache.save(rendered, code)
-    return rendered, code
+        cache.save(rendered, code, line)
+    return rendered, code, line
 
 
 @contextlib.contextmanager
@@ -551,47 +550,6 @@ def _check_writable(flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path}: not writable; choose a path you can write")
 
 
-def _verdict_line(rendered: str, code: int, output: str) -> str:
-    """The one line ``--output FILE`` prints, so a CI log shows the verdict:
-    ``graphcheck: FAIL — 2 findings at cuts 4; report written to FILE``.
-
-    >>> _verdict_line("...\\nverdict: PASS (1/1 cuts proven)\\n", 0, "r.txt")
-    'graphcheck: PASS (1/1 cuts proven); report written to r.txt\\n'
-    """
-    found = [ln for ln in rendered.splitlines() if ln.startswith("verdict: ")]
-    if found:
-        return f"graphcheck: {found[-1].removeprefix('verdict: ')}; report written to {output}\n"
-    verdict = "PASS" if code == 0 else "FAIL"
-    legal = [ln for ln in rendered.splitlines() if ln.startswith("legal cuts: ")]  # map's text
-    detail = f" — {legal[-1]}" if legal else _findings(rendered)
-    return f"graphcheck: {verdict}{detail}; report written to {output}\n"
-
-
-def _findings(rendered: str) -> str:
-    """`` — N findings at cuts ...`` read from a JSON or SARIF report, else nothing."""
-    try:
-        data = json.loads(rendered)
-    except ValueError:
-        return ""
-    if not isinstance(data, dict):
-        return ""
-    found = data.get("diagnostics")
-    if isinstance(data.get("runs"), list) and data["runs"]:
-        found = [
-            {**r.get("properties", {}), "severity": r.get("level")}
-            for r in data["runs"][0].get("results", [])
-        ]
-    if not isinstance(found, list):
-        return ""
-    errors = [d for d in found if isinstance(d, dict) and d.get("severity") == Severity.ERROR]
-    cuts = sorted({d["cut"] for d in errors if isinstance(d.get("cut"), int)})
-    at = f" at cuts {', '.join(map(str, cuts))}" if cuts else ""
-    if errors:
-        return f" — {len(errors)} finding{'s' * (len(errors) != 1)}{at}"
-    checked = data.get("cuts")
-    return f" — {len(checked)} cuts proven" if isinstance(checked, list) and checked else ""
-
-
 def _error_document(argv: list[str], message: str, detail: tuple[str, ...] = ()) -> None:
     """Under ``--format json`` (or ``sarif``) an error is also a document on stdout, so a
     consumer that parses stdout reads why there is no report."""
@@ -713,13 +671,13 @@ def _main(argv: list[str] | None) -> int:
             return 0
         _check_arguments(args)
         with _CtrlC().installed() as ctrl_c:
-            rendered, code = _cached_run(args)
+            rendered, code, line = _cached_run(args)
         if ctrl_c.pressed:  # pressed, and the interrupt swallowed on the way: still Ctrl-C
             raise KeyboardInterrupt
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.write(rendered)
-            sys.stdout.write(_verdict_line(rendered, code, args.output))
+            sys.stdout.write(f"graphcheck: {line}; report written to {args.output}\n")
         else:
             sys.stdout.write(rendered)
         return code

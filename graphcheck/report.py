@@ -37,6 +37,7 @@ __all__ = [
     "Report",
     "StageProof",
     "formats",
+    "headline",
     "ignored_summary",
     "render",
     "renders",
@@ -415,6 +416,12 @@ def _kinds(fmt: str) -> frozenset[str] | None:
             with contextlib.suppress(TypeError, ValueError):
                 return frozenset(ast.literal_eval(value))
     return getattr(importlib.import_module(f"graphcheck.reporters.{fmt}"), "KINDS", None)
+
+
+def headline(result) -> str:
+    """``result``'s verdict in one line (``PASS (1/1 cuts proven)``), whatever the format
+    it is rendered in: what ``--output FILE`` prints for the CI log."""
+    return importlib.import_module("graphcheck.reporters.text").headline(result)
 
 
 def render(result, fmt: str = "text") -> str:

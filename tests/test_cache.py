@@ -207,8 +207,8 @@ def test_a_damaged_entry_is_never_served(tmp_path, capsys, how):
     options = {"command": "verify", "model": f"{FIXTURES / 'reference.py'}:reference"}
     caches = [ResultCache.of({**options, "cuts": c}, cache_dir=str(tmp_path)) for c in "12"]
     for cache in caches:
-        assert cache.load() is None and cache.save("the report\n", 0)
-    assert caches[0].load() == ("the report\n", 0)
+        assert cache.load() is None and cache.save("the report\n", 0, "PASS")
+    assert caches[0].load() == ("the report\n", 0, "PASS")
     _damage(caches[0].store.path(caches[0].key), caches[1].store.path(caches[1].key), how)
     capsys.readouterr()
     assert caches[0].load() is None
@@ -226,7 +226,7 @@ def test_no_cache_never_reads_or_writes(cli, exports, model, tmp_path, monkeypat
     planted = ResultCache.of(
         vars(build_parser().parse_args(argv)), cache_dir=str(folder), environ={}
     )
-    assert planted is not None and planted.save("the planted report\n", 0)
+    assert planted is not None and planted.save("the planted report\n", 0, "PASS")
     (entry,) = _entries(folder)
     before = entry.read_bytes(), entry.stat().st_mtime_ns
     monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(folder))  # on, but for the switch
@@ -366,8 +366,8 @@ def test_a_run_during_which_a_file_changed_is_not_stored(model, tmp_path):
     assert cache is not None
     later = time.time() + 60
     os.utime(spec.rpartition(":")[0], (later, later))  # edited while the model exported
-    assert not cache.save("the report\n", 0) and _entries(tmp_path / "c") == []
-    assert not cache.save("graphcheck: error\n", 2)  # and an error never is
+    assert not cache.save("the report\n", 0, "PASS") and _entries(tmp_path / "c") == []
+    assert not cache.save("graphcheck: error\n", 2, "")  # and an error never is
 
 
 def test_an_option_too_long_to_be_a_path_is_still_keyed(tmp_path):

@@ -76,29 +76,32 @@ class ResultCache:
         keyed = {k: v for k, v in options.items() if k not in _OFF_KEY}
         return cls(Store(folder, "results"), keyed)
 
-    def load(self) -> tuple[str, int] | None:
-        """The stored report and exit status, when every dependency is unchanged."""
+    def load(self) -> tuple[str, int, str] | None:
+        """The stored report, exit status and verdict line, when every dependency is
+        unchanged."""
         entry = self.store.read(self.key)
         if entry is None:
             return None
         output, code, deps = entry.get("output"), entry.get("exit_code"), entry.get("files")
-        if not (isinstance(output, str) and code in (0, 1) and _mapping_of_hashes(deps)):
+        headline = entry.get("headline")
+        if not (isinstance(output, str) and isinstance(headline, str) and code in (0, 1)
+                and _mapping_of_hashes(deps)):  # fmt: skip
             note(f"ignoring cache entry {self.store.path(self.key)}: malformed; re-exporting")
             return None
         if unchanged(deps) is not None:
             return None  # a model file changed: run afresh (and overwrite the entry)
         note(f"report from the cache ({self.store.path(self.key)}); --no-cache runs afresh")
-        return output, code
+        return output, code, headline
 
-    def save(self, output: str, exit_code: int) -> bool:
-        """Store a finished run's report; not an error (exit 2), not a run during which
-        a dependency changed."""
+    def save(self, output: str, exit_code: int, headline: str) -> bool:
+        """Store a finished run's report (and its verdict line); not an error (exit 2),
+        not a run during which a dependency changed."""
         if exit_code not in (0, 1):
             return False
         deps = {**self.named, **dependencies(self.spec)}
         if any(_modified_since(path, self.started) for path in deps):
             return False
-        entry = {"output": output, "exit_code": exit_code, "files": deps}
+        entry = {"output": output, "exit_code": exit_code, "headline": headline, "files": deps}
         return self.store.write(self.key, entry)
 
 

@@ -75,13 +75,13 @@ def add_parsers(sub) -> None:
 def run_command(
     args: argparse.Namespace,
     fresh: Callable[[], AbstractContextManager] = contextlib.nullcontext,
-) -> tuple[str, int]:
-    """Run ``check`` or ``lock``: the rendered result and the exit status; a check that
-    is not in the cache runs inside ``fresh()``."""
+) -> tuple[str, int, str]:
+    """Run ``check`` or ``lock``: the rendered result, the exit status and the verdict
+    in one line; a check that is not in the cache runs inside ``fresh()``."""
     from graphcheck.cache import resolve_folder
     from graphcheck.errors import UsageError
     from graphcheck.project.check import run_project
-    from graphcheck.project.output import render_check
+    from graphcheck.project.output import check_headline, render_check
 
     if args.command == "check" and args.update and not args.locked:
         raise UsageError("--update rewrites the lock a --locked check compares with: add --locked")
@@ -95,4 +95,4 @@ def run_command(
         cache=folder,
         fresh=fresh,
     )
-    return render_check(result, args.format), result.exit_code
+    return render_check(result, args.format), result.exit_code, check_headline(result)

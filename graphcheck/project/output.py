@@ -35,7 +35,7 @@ from graphcheck.project.diff import Change, ChangeKind
 from graphcheck.project.record import PlanResult
 from graphcheck.reporters import json as json_reporter  # imports no torch, as the others do
 
-__all__ = ["FORMATS", "render_check"]
+__all__ = ["FORMATS", "check_headline", "render_check"]
 
 FORMATS = ("json", "markdown", "sarif", "text")
 _SOURCE = re.compile(r"(?P<path>.+?):(?P<line>\d+):")
@@ -63,6 +63,11 @@ def _change_lines(change: Change) -> list[str]:
     model = f"{change.model}: " if change.model else ""
     lines = [f"  {mark} {model}{change.message}"]
     return lines + ([f"      at {change.source}"] if change.source else [])
+
+
+def check_headline(result: CheckResult) -> str:
+    """The verdict of ``check`` or ``lock`` in one line (the text's verdict line)."""
+    return _summary(result).removeprefix("verdict: ").rstrip("\n")
 
 
 def _summary(result: CheckResult) -> str:

@@ -33,7 +33,25 @@ if TYPE_CHECKING:
     )
     from graphcheck.report import PlanReport, Report
 
-__all__ = ["render"]
+__all__ = ["headline", "render"]
+
+
+def headline(result: Report | PlanReport | GateReport) -> str:
+    """The verdict in one line, as ``--output FILE`` prints it on stdout: the verdict
+    line of a verify or gate report (the proof's, for a plan), a map's legal cuts.
+
+    >>> from graphcheck.report import Report
+    >>> headline(Report(model="m.py:f", num_layers=2, mode="verify"))
+    'PASS (0/0 cuts proven)'
+    """
+    if result.kind == "map":
+        legal = ", ".join(map(str, result.legal_cuts())) or "none"
+        return f"{'PASS' if result.exit_code == 0 else 'FAIL'} — legal cuts: {legal}"
+    if result.kind == "plan":
+        return headline(result.proof) if result.plan is not None else "FAIL (no legal plan)"
+    if result.kind == "verify":
+        return f"{result.verdict.upper()} ({result.summary()})"
+    return _summary(result).removeprefix("verdict: ")
 
 
 def render(result: Report | PlanReport | GateReport) -> str:
