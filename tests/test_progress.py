@@ -189,7 +189,7 @@ def test_ctrl_c_swallowed_by_a_library_still_ends_the_run_130(monkeypatch, capsy
             time.sleep(1)  # the handler runs here
         except BaseException:  # what the library in question does
             pass
-        return "verdict: PASS\n", 0
+        return "verdict: PASS\n", 0, "PASS"
 
     monkeypatch.setattr(cli, "_cached_run", swallowing)
     code = cli.main(["verify", "fixtures/reference.py:reference", "--cuts", "4"])
