@@ -412,19 +412,20 @@ def _cached_run(args: argparse.Namespace) -> tuple[str, int, str]:
         from graphcheck.project.commands import run_command
 
         return run_command(args, fresh=lambda: _fresh(args.progress))
-    from graphcheck.cache import ResultCache
+    from graphcheck.cache import report_of, report_record, result_entry
 
     no_cache = getattr(args, "no_cache", True)  # commands without the flags: no cache
     cache_dir = getattr(args, "cache_dir", None)
-    cache = ResultCache.of(vars(args), cache_dir=cache_dir, no_cache=no_cache)
-    hit = cache.load() if cache is not None else None
+    entry = result_entry(vars(args), cache_dir=cache_dir, no_cache=no_cache)
+    hit = entry.load(report_of, "report") if entry is not None else None
     if hit is not None:
         return hit
     _op_verdicts(cache_dir, no_cache)  # after a miss: a hit imports no torch
     with _fresh(args.progress):
         rendered, code, line = _run(args)
-    if cache is not None:
-        cache.save(rendered, code, line)
+    if entry is not None:
+        entry.depend()
+        entry.save(report_record(rendered, code, line), code)
     return rendered, code, line
 
 

@@ -19,7 +19,15 @@ import pytest
 from harness import fresh_process
 
 from graphcheck import api
-from graphcheck.cache import ResultCache, Store, cacheable, key, resolve_folder
+from graphcheck.cache import (
+    Store,
+    cacheable,
+    key,
+    report_of,
+    report_record,
+    resolve_folder,
+    result_entry,
+)
 from graphcheck.cli import build_parser
 from graphcheck.errors import UsageError
 
@@ -59,7 +67,7 @@ def _same(run: tuple[int, str, str], cold: tuple[int, str, str]) -> bool:
 
 def _key(*argv: str, folder: Path) -> str:
     options = vars(build_parser().parse_args([*argv, "--cache-dir", str(folder)]))
-    cache = ResultCache.of(options, cache_dir=str(folder))
+    cache = result_entry(options, cache_dir=str(folder))
     assert cache is not None
     return cache.key
 
@@ -205,13 +213,15 @@ def _damage(entry: Path, other: Path, how: str) -> None:
 def test_a_damaged_entry_is_never_served(tmp_path, capsys, how):
     """What the CLI then does is the corrupt entry's fresh run, above."""
     options = {"command": "verify", "model": f"{FIXTURES / 'reference.py'}:reference"}
-    caches = [ResultCache.of({**options, "cuts": c}, cache_dir=str(tmp_path)) for c in "12"]
+    caches = [result_entry({**options, "cuts": c}, cache_dir=str(tmp_path)) for c in "12"]
     for cache in caches:
-        assert cache.load() is None and cache.save("the report\n", 0, "PASS")
-    assert caches[0].load() == ("the report\n", 0, "PASS")
+        cache.files = {}  # no dependency (the run's would be the test process's modules)
+        assert cache.load(report_of, "report") is None
+        assert cache.save(report_record("the report\n", 0, "PASS"), 0)
+    assert caches[0].load(report_of, "report") == ("the report\n", 0, "PASS")
     _damage(caches[0].store.path(caches[0].key), caches[1].store.path(caches[1].key), how)
     capsys.readouterr()
-    assert caches[0].load() is None
+    assert caches[0].load(report_of, "report") is None
     notes = capsys.readouterr().err.splitlines()
     assert notes == [] if how == "stale" else len(notes) == 1 and "ignoring cache" in notes[0]
 
@@ -223,10 +233,10 @@ def test_no_cache_never_reads_or_writes(cli, exports, model, tmp_path, monkeypat
     spec, _ = model
     folder = tmp_path / "env"
     argv = ("verify", spec, "--cuts", "1", "--stage-builder", "none")  # as cli() runs it
-    planted = ResultCache.of(
-        vars(build_parser().parse_args(argv)), cache_dir=str(folder), environ={}
-    )
-    assert planted is not None and planted.save("the planted report\n", 0, "PASS")
+    planted = result_entry(vars(build_parser().parse_args(argv)), cache_dir=str(folder), environ={})
+    assert planted is not None
+    planted.files = {}
+    assert planted.save(report_record("the planted report\n", 0, "PASS"), 0)
     (entry,) = _entries(folder)
     before = entry.read_bytes(), entry.stat().st_mtime_ns
     monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(folder))  # on, but for the switch
@@ -278,7 +288,7 @@ def test_side_files_and_gate_are_not_cached(tmp_path):
     assert not cacheable({"command": "map", "model": "m.py:f", "format": "html"})
     assert not cacheable({"command": "gate", "model": "m.py:f"})
     options = {"command": "gate", "model": "m.py:f"}
-    assert ResultCache.of(options, cache_dir=str(tmp_path)) is None
+    assert result_entry(options, cache_dir=str(tmp_path)) is None
 
 
 def test_folder_resolution():
@@ -362,12 +372,14 @@ def test_a_run_during_which_a_file_changed_is_not_stored(model, tmp_path):
 
     spec, _ = model
     options = vars(build_parser().parse_args(["verify", spec, "--cuts", "1"]))
-    cache = ResultCache.of(options, cache_dir=str(tmp_path / "c"), environ={})
+    cache = result_entry(options, cache_dir=str(tmp_path / "c"), environ={})
     assert cache is not None
+    cache.depend()
     later = time.time() + 60
     os.utime(spec.rpartition(":")[0], (later, later))  # edited while the model exported
-    assert not cache.save("the report\n", 0, "PASS") and _entries(tmp_path / "c") == []
-    assert not cache.save("graphcheck: error\n", 2, "")  # and an error never is
+    stored = cache.save(report_record("the report\n", 0, "PASS"), 0)
+    assert not stored and _entries(tmp_path / "c") == []
+    assert not cache.save(report_record("graphcheck: error\n", 2, ""), 2)  # nor an error
 
 
 def test_an_option_too_long_to_be_a_path_is_still_keyed(tmp_path):

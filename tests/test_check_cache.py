@@ -18,7 +18,7 @@ import pytest
 from harness import fresh_process
 
 from graphcheck.cache import key
-from graphcheck.cache.records import RecordCache
+from graphcheck.cache.records import check_entry
 from graphcheck.project.check import cache_options, run_project
 from graphcheck.project.config import load_config
 from graphcheck.project.output import FORMATS, render_check
@@ -102,7 +102,7 @@ def _seed(name: str, plan: PlanResult) -> None:
     """A stored entry without lock state for check ``name``: what a ``check`` stores."""
     config = load_config()
     (check,) = [c for c in config.checks if c.name == name]
-    entry = RecordCache(config.path.parent / "c", cache_options(check, config.path.parent))
+    entry = check_entry(config.path.parent / "c", cache_options(check, config.path.parent))
     entry.files = {}
     assert entry.save(record_plain({"cuts 1": plan}, None), plan.exit_code)
 
@@ -188,7 +188,7 @@ def test_the_key_holds_a_checks_own_table_not_the_configuration_or_its_name(proj
 def test_a_damaged_record_is_a_note_and_a_fresh_run(tmp_path, capsys, damage):
     options = {"command": "check", "model": "m.py:f", "plans": ["cuts 1"]}
     record = record_plain({"cuts 1": PLAN}, None)
-    entry = RecordCache(tmp_path, options)
+    entry = check_entry(tmp_path, options)
     entry.files = {}  # no dependency (the run's would be the test process's modules)
     assert entry.save(record, 1)
     assert entry.load(lambda r: record_of(r, ["cuts 1"]), "check 'm'") == ({"cuts 1": PLAN}, None)
@@ -202,7 +202,7 @@ def test_a_damaged_record_is_a_note_and_a_fresh_run(tmp_path, capsys, damage):
 
 def test_an_error_or_a_run_with_unknown_dependencies_is_never_stored(tmp_path):
     options = {"command": "check", "model": "m.py:f"}
-    entry = RecordCache(tmp_path, options)
+    entry = check_entry(tmp_path, options)
     assert not entry.save(record_plain({"cuts 1": PLAN}, None), 1)  # depend() never ran
     entry.files = {}
     assert not entry.save(record_plain({}, None), 2)

@@ -51,14 +51,25 @@ unwritable folder a note): :mod:`graphcheck.cache.store`.
 
 from __future__ import annotations
 
-from graphcheck.cache.records import RecordCache
-from graphcheck.cache.results import COMMANDS, ResultCache, cacheable
+from graphcheck.cache.entry import Entry
+from graphcheck.cache.records import RecordCache, check_entry
+from graphcheck.cache.results import (
+    COMMANDS,
+    cacheable,
+    report_of,
+    report_record,
+    result_entry,
+)
 from graphcheck.cache.store import Store, add_options, resolve_folder
 
 __all__ = [
     "COMMANDS",
+    "Entry",
     "RecordCache",
-    "ResultCache",
+    "check_entry",
+    "report_of",
+    "report_record",
+    "result_entry",
     "Store",
     "add_options",
     "cacheable",

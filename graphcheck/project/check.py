@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphcheck.cache.records import RecordCache
+from graphcheck.cache.records import check_entry
 from graphcheck.errors import GraphcheckError, UsageError
 from graphcheck.project.config import Check, Plan, PlanKind, load_config
 from graphcheck.project.diff import LockDiff, diff_lock
@@ -177,7 +177,7 @@ def _cached_check(
 ) -> CheckRun:
     """``check``'s run from the cache folder ``cache`` (``None``: no cache) when its entry
     holds what this run needs, else run inside ``fresh()`` and stored (not an error)."""
-    entry = RecordCache(cache, cache_options(check, folder)) if cache is not None else None
+    entry = check_entry(cache, cache_options(check, folder)) if cache is not None else None
     names = [plan.name for plan in check.plans]
 
     def usable(data: object) -> CheckRun | None:
