@@ -53,7 +53,9 @@ class _Parser(argparse.ArgumentParser):
 def _layout_options(parser: argparse.ArgumentParser) -> None:
     """The layout and model options (:mod:`graphcheck.options`), then the output's."""
     add_arguments(parser, Group.LAYOUT, Group.MODEL)
-    parser.add_argument("--format", choices=_formats(), default="text")
+    parser.add_argument(
+        "--format", choices=_formats(), default="text", help="the report's format (default text)"
+    )
     parser.add_argument("--output", metavar="FILE", help="write the report to FILE")
     parser.add_argument(
         "--progress",

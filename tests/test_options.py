@@ -24,6 +24,14 @@ def test_the_readme_table_is_the_declarations():
     assert table == options.reference_markdown(), "regenerate the options table in README.md"
 
 
+def test_the_cli_reference_page_is_the_parser():
+    from graphcheck.console.reference import cli_markdown
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    assert page == cli_markdown(), "regenerate docs/reference/cli.md (cli_markdown())"
+    assert "| `--backward` |" in page and "## `graphcheck gate`" in page
+
+
 def test_every_option_is_a_flag_of_verify_and_map_with_its_api_keyword():
     parser = build_parser()
     for command in ("verify", "map"):
