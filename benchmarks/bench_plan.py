@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 
 import reference  # noqa: E402
 
-from graphcheck.analysis.balance import balance, imbalance, stage_costs  # noqa: E402
+from graphcheck.planning.balance import balance, imbalance, stage_costs  # noqa: E402
 from graphcheck.api import Explorer  # noqa: E402
 
 

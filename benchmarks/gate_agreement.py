@@ -33,7 +33,7 @@ from pathlib import Path
 
 from graphcheck.errors import GateError
 from graphcheck.gate import Gate
-from graphcheck.gate.report import ByteStatus, GateReport, IsolationStatus, RunMode
+from graphcheck.results.gate import ByteStatus, GateReport, IsolationStatus, RunMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))

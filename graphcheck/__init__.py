@@ -52,7 +52,7 @@ __all__ = [
 # The names imported on first use, and the module each comes from.
 _LAZY = {
     "Diagnostic": "graphcheck.diagnostics",
-    "GateReport": "graphcheck.gate.report",
+    "GateReport": "graphcheck.results.gate",
     "Report": "graphcheck.report",
     "cut_map": "graphcheck.api",
     "explore": "graphcheck.api",

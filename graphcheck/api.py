@@ -59,11 +59,11 @@ from collections.abc import Sequence
 from graphcheck import phases as progress
 from graphcheck.analysis.agreement import first_difference
 from graphcheck.analysis.backward import BackwardProof, prove_backward
-from graphcheck.analysis.balance import balance
 from graphcheck.analysis.cost import DOC_LENGTH, Costs
 from graphcheck.analysis.cost import costs as layer_costs
 from graphcheck.analysis.dataflow import CutAnalysis, analyse_cuts
 from graphcheck.analysis.export import autograd_functions, export_model
+from graphcheck.analysis.kinds import LayerKind, layer_kinds
 from graphcheck.analysis.lengths import (
     MAX_PROGRAMS,
     MAX_TRACED,
@@ -71,7 +71,6 @@ from graphcheck.analysis.lengths import (
     example_tokens,
     first_gap,
 )
-from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program, analyse, tokens_of
 from graphcheck.checker import DEFAULT_ALLOW_FP32, Context, check
 from graphcheck.diagnostics import Diagnostic, Verdict
@@ -84,13 +83,15 @@ from graphcheck.model.dtype import BuildDtype
 from graphcheck.model.hf import is_hf_spec, is_transformers_model
 from graphcheck.model.modes import ProgramMode
 from graphcheck.model.session import ModelArg, Session
-from graphcheck.report import PlanReport, Report, StageProof
-from graphcheck.rules.gc101_stage_plan_invalid import (
+from graphcheck.planning.balance import balance
+from graphcheck.planning.plan import StagePlan
+from graphcheck.planning.syntax import (
     cuts_from_fqns,
     parse_layout,
     plan_from_cuts,
     plan_from_stages,
 )
+from graphcheck.report import PlanReport, Report, StageProof
 from graphcheck.rules.suppress import Suppression, model_files
 from graphcheck.stages import fresh
 from graphcheck.stages.builders import (
@@ -166,7 +167,7 @@ def plan(
 
     ``cost`` is ``"flops"`` (matmul and attention FLOPs per token, attention at
     documents of ``doc_length`` tokens) or ``"params"`` (parameter bytes); the search is
-    :func:`graphcheck.analysis.balance.balance`. ``report.plan`` is ``None`` (exit status
+    :func:`graphcheck.planning.balance.balance`. ``report.plan`` is ``None`` (exit status
     1) when no legal plan exists; ``report.blocking`` names the illegal boundaries.
     """
     check_builder(stage_builder)  # a name that does not resolve: before the model is built
@@ -517,6 +518,11 @@ class Explorer:
         crossing each boundary (:mod:`graphcheck.analysis.cost`)."""
         return layer_costs(self.program, self.boundaries, doc_length)
 
+    def layer_kinds(self) -> list[LayerKind]:
+        """Each decoder layer's kind label, read from its ops
+        (:mod:`graphcheck.analysis.kinds`)."""
+        return layer_kinds(self.program)
+
     def written_cuts(
         self,
         cuts: Sequence[int] | None = None,
@@ -670,8 +676,9 @@ def _report(
     program = ctx.program
     states = {cut.position: _state(ctx, cut) for cut in ctx.cuts}
     outcome = suppression.apply(_findings(ctx, cases), model_files(program.graph))
+    crossings = {cut.position: [c.snapshot() for c in cut.crossing] for cut in ctx.cuts}
     report = Report.of(
-        name, mode, program.num_layers, ctx.cuts, outcome.kept, states, outcome.ignored,
+        name, mode, program.num_layers, crossings, outcome.kept, states, outcome.ignored,
         export_seconds=sum(c.program.exported.seconds for c in (ctx, *cases)),
         seconds=time.perf_counter() - start,
         nodes=len(program.graph.nodes),

@@ -15,11 +15,11 @@ import torch.fx
 
 from graphcheck.analysis.dataflow import CutAnalysis
 from graphcheck.analysis.lengths import Coverage
-from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 from graphcheck.analysis.residual import Wire, classify_wire
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.planning.plan import StagePlan
 from graphcheck.rules import RULES
 
 __all__ = ["DEFAULT_ALLOW_FP32", "Context", "check"]

@@ -151,7 +151,7 @@ def _model_explorer_option(parser: argparse.ArgumentParser) -> None:
         "--model-explorer",
         metavar="DIR",
         help="also write DIR/model.pt2 and Model Explorer node data on it (stages or layers, "
-        "crossing values, findings); open with python -m graphcheck.reporters.model_explorer DIR",
+        "crossing values, findings); open with python -m graphcheck.interop.model_explorer DIR",
     )
 
 
@@ -276,8 +276,8 @@ def _gate_parser(sub) -> None:
 def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
     from graphcheck.gate.batch import parse_docs
     from graphcheck.gate.run import gate
+    from graphcheck.planning.syntax import parse_cuts
     from graphcheck.report import headline, render
-    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts
 
     cuts = parse_cuts(args.cuts) if args.cuts is not None else None
     docs = parse_docs(args.docs)
@@ -291,8 +291,8 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
 
 def _run(args: argparse.Namespace) -> tuple[str, int, str]:
     from graphcheck import api
+    from graphcheck.planning.syntax import parse_cuts, parse_fqns_per_stage
     from graphcheck.report import headline, render
-    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
 
     options = from_args(args, Group.LAYOUT, Group.MODEL)
     if args.command == "gate":
@@ -329,9 +329,9 @@ def _overlay(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
     """``verify`` or ``map`` with ``--model-explorer DIR``: the report and the overlay
     from one explorer, so one export."""
     from graphcheck import api
+    from graphcheck.interop.model_explorer import write_overlay
+    from graphcheck.planning.syntax import parse_cuts, parse_fqns_per_stage
     from graphcheck.report import headline, render
-    from graphcheck.reporters.model_explorer import write_overlay
-    from graphcheck.rules.gc101_stage_plan_invalid import parse_cuts, parse_fqns_per_stage
 
     explorer = api.Explorer(args.model, **options)
     ctx = None
@@ -372,7 +372,7 @@ def _explore(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
     data = document(explorer, stages, virtual=virtual, metric=metric, doc_length=args.doc_length)
     view = CutView(data, result.exit_code)
     if getattr(args, "model_explorer", None) is not None:
-        from graphcheck.reporters.model_explorer import write_overlay
+        from graphcheck.interop.model_explorer import write_overlay
 
         write_overlay(args.model_explorer, explorer.program, result)
     if args.html is not None:
@@ -402,7 +402,7 @@ def _check_html(args: argparse.Namespace) -> None:
     if folder is not None and not os.path.isdir(folder):
         raise UsageError(f"--html {args.html}: the folder {folder} does not exist; create it first")
     if getattr(args, "model_explorer", None) is not None:
-        from graphcheck.reporters.model_explorer import check_folder
+        from graphcheck.interop.model_explorer import check_folder
 
         check_folder(args.model_explorer)
 
@@ -478,14 +478,14 @@ def _check_project(args: argparse.Namespace) -> None:
 
 def _check_plan(args: argparse.Namespace) -> None:
     """The syntax of ``--cuts``, ``--layout`` and ``--fqns-per-stage`` (GC101)."""
-    from graphcheck.rules import gc101_stage_plan_invalid as gc101
+    from graphcheck.planning import syntax as plan_syntax
 
     if getattr(args, "cuts", None) is not None:
-        gc101.parse_cuts(args.cuts)
+        plan_syntax.parse_cuts(args.cuts)
     if getattr(args, "layout", None) is not None:
-        gc101.layout_counts(args.layout)
+        plan_syntax.layout_counts(args.layout)
     if getattr(args, "fqns_per_stage", None) is not None:
-        gc101.parse_fqns_per_stage(args.fqns_per_stage)
+        plan_syntax.parse_fqns_per_stage(args.fqns_per_stage)
 
 
 def _check_build(args: argparse.Namespace) -> None:

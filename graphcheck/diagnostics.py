@@ -40,6 +40,7 @@ __all__ = [
     "model_frame",
     "module_path",
     "normalize_fqn",
+    "counted",
     "source_line",
     "spans",
 ]
@@ -204,6 +205,15 @@ def normalize_fqn(path: str) -> str | None:
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"\[(?:'([^']+)'|(\d+))\]", lambda m: "." + (m.group(1) or m.group(2)), path)
     return path.strip(".")
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` of ``noun``, the noun plural unless one.
+
+    >>> counted(1, "check"), counted(2, "change")
+    ('1 check', '2 changes')
+    """
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def spans(numbers: Iterable[int]) -> str:

@@ -1,7 +1,7 @@
 """Reports: the result of a run as a value, and the one seam that renders it.
 
 :func:`render` turns a result (a :class:`Report` of ``verify`` or ``map``, a
-:class:`~graphcheck.gate.report.GateReport`) into text in a format; each format is
+:class:`~graphcheck.results.gate.GateReport`) into text in a format; each format is
 one module of :mod:`graphcheck.reporters` (``NAME``, ``render(result) -> str``), found
 by name, so a new output format is one new module.
 
@@ -20,16 +20,13 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
-from graphcheck.analysis.plan import Stage
 from graphcheck.diagnostics import Diagnostic, Severity, Verdict, group
+from graphcheck.planning.plan import Stage
+from graphcheck.results.values import CrossingValue
 from graphcheck.rules import MISMATCH_CODES
 from graphcheck.rules.suppress import Ignored, UnusedIgnore
-
-if TYPE_CHECKING:
-    from graphcheck.analysis.dataflow import Crossing, CutAnalysis
 
 __all__ = [
     "CutReport",
@@ -46,8 +43,11 @@ __all__ = [
 
 @dataclass
 class CutReport:
+    """One cut's verdict: what crosses it (plain data, snapshotted from the program), the
+    codes of the errors found at it, the state it hands over and the codes ignored there."""
+
     position: int
-    crossing: list[Crossing]
+    crossing: list[CrossingValue]
     codes: list[str] = field(default_factory=list)
     state: dict | None = None  # the state the cut hands over: name, declared, node, dtype, shape
     ignored: list[str] = field(default_factory=list)  # codes of the errors ignored here
@@ -142,25 +142,23 @@ class Report:
         model: str,
         mode: str,
         num_layers: int,
-        cuts: list[CutAnalysis],
+        cuts: dict[int, list[CrossingValue]],
         diagnostics: list[Diagnostic],
         states: dict[int, dict] | None = None,
         ignored: list[Ignored] | None = None,
         **timings,
     ) -> Report:
-        """The report of ``diagnostics`` over analysed ``cuts``: each cut with its crossing
-        set, the state it hands over (``states``) and the codes of the errors found at it
-        (and of those ``ignored`` there)."""
+        """The report of ``diagnostics`` over the analysed ``cuts`` (each position with
+        its crossing set): each cut with the state it hands over (``states``) and the codes
+        of the errors found at it (and of those ``ignored`` there)."""
         ignored = ignored or []
         reports = []
-        for cut in cuts:
-            here = [
-                d for d in diagnostics if d.cut == cut.position and d.severity == Severity.ERROR
-            ]
-            state = (states or {}).get(cut.position)
-            report = CutReport(cut.position, cut.crossing, [d.code for d in here], state)
+        for position, crossing in cuts.items():
+            here = [d for d in diagnostics if d.cut == position and d.severity == Severity.ERROR]
+            state = (states or {}).get(position)
+            report = CutReport(position, crossing, [d.code for d in here], state)
             report.ignored = sorted(
-                {i.diagnostic.code for i in ignored if _counts_at(i.diagnostic, cut.position)}
+                {i.diagnostic.code for i in ignored if _counts_at(i.diagnostic, position)}
             )
             reports.append(report)
         return cls(
@@ -325,7 +323,7 @@ class PlanReport:
     virtual: int
     metric: str  # "flops" (per token) or "params" (bytes)
     costs: object  # graphcheck.analysis.cost.Costs
-    plan: object | None  # graphcheck.analysis.balance.Balance
+    plan: object | None  # graphcheck.planning.balance.Balance
     blind: object | None  # the best plan over every boundary 0..L
     legal: list[int] = field(default_factory=list)
     blocking: list[dict] = field(default_factory=list)  # illegal boundaries: position, codes
@@ -402,7 +400,7 @@ def _kinds(fmt: str) -> frozenset[str] | None:
     imported when its source names ``KINDS`` other than as ``KINDS = frozenset({...})``.
 
     >>> sorted(_kinds("sarif")), _kinds("json")
-    (['map', 'verify'], None)
+    (['check', 'map', 'verify'], None)
     """
     source = resources.files("graphcheck.reporters").joinpath(f"{fmt}.py").read_text("utf-8")
     if "KINDS" not in source:

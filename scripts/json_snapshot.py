@@ -2,7 +2,7 @@
 
 A move-and-split of the code must not change what users read: this script runs
 ``graphcheck map`` and ``graphcheck verify --stages 2`` (plus a ``keep-index``
-stage-builder verify) with ``--format json`` on every fixture factory, removes
+stage-builder verify) with ``--format json``, and the verify once more as text on every fixture factory, removes
 the timing keys, and writes one file per run. Two things vary from run to run
 whatever the code: the counter in FX's ``<eval_with_key>.N`` file names (how many
 graphs the process traced before) and the order of Python sets of strings some
@@ -65,7 +65,8 @@ def _strip(value):
 
 
 def _masked(text: str) -> str:
-    return re.sub(r"<eval_with_key>\.\d+", "<eval_with_key>.N", text)
+    text = re.sub(r"<eval_with_key>\.\d+", "<eval_with_key>.N", text)
+    return re.sub(r"\b\d+(\.\d+)? s\b", "N s", text)  # the text format's timings
 
 
 def _run(argv: list[str]) -> str:
@@ -86,6 +87,7 @@ def _runs(specs: list[tuple[str, str]]):
     for label, spec in specs:
         yield f"{label}.map", ["map", spec, "--format", "json"]
         yield f"{label}.verify2", ["verify", spec, "--stages", "2", "--format", "json"]
+        yield f"{label}.text2", ["verify", spec, "--stages", "2", "--format", "text"]
         if not spec.startswith("hf:"):
             builder = ["--stage-builder", "keep-index"]
             yield f"{label}.keep", ["verify", spec, "--stages", "2", *builder, "--format", "json"]

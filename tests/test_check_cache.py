@@ -20,9 +20,10 @@ from harness import fresh_process
 from graphcheck.cache import key
 from graphcheck.cache.records import check_entry
 from graphcheck.project.check import cache_options, run_project
+from graphcheck.project.commands import CHECK_FORMATS as FORMATS
 from graphcheck.project.config import load_config
-from graphcheck.project.output import FORMATS, render_check
 from graphcheck.project.record import PlanResult, record_of, record_plain
+from graphcheck.report import render
 
 MODEL = """\
 from reference import CausalLM, Config
@@ -81,12 +82,12 @@ def test_a_warm_check_prints_the_cold_bytes_without_exporting_or_torch(
     cache = root / "c"
     cold = run_project(locked=True, update=True, cache=cache)  # no lock yet: it is written
     assert len(exports) == 2 and cold.exit_code == 1
-    printed = {fmt: render_check(cold, fmt) for fmt in FORMATS}
+    printed = {fmt: render(cold, fmt) for fmt in FORMATS}
     assert "-- cuts 1 --" in printed["text"] and "GC201" in printed["text"]  # skip's report
     (root / "graphcheck.lock").unlink()
     warm = run_project(locked=True, update=True, cache=cache)
     assert len(exports) == 2  # both checks from the cache
-    assert {fmt: render_check(warm, fmt) for fmt in FORMATS} == printed
+    assert {fmt: render(warm, fmt) for fmt in FORMATS} == printed
     assert json.loads(printed["json"])["checks"][1]["plans"][0]["report"]["verdict"] == "fail"
     assert _notes(capsys.readouterr().err) == ["tiny", "skip"]
 

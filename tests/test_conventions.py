@@ -102,7 +102,7 @@ def test_model_declares_its_convention():
     pytest.importorskip("torchtitan")
     report = api.verify(DECLARED, cuts=[1], stage_builder="none")
     assert (report.verdict, report.codes) == ("pass", set())
-    names = {v.node.name for v in report.cut(1).crossing}
+    names = {v.node for v in report.cut(1).crossing}
     assert {"cu_seq_lens_q", "max_length_q"} <= names
 
 

@@ -27,7 +27,7 @@ def test_crossing_set_lists_every_role():
     (act,) = by_role["activation"]
     assert (act.dtype, act.shape, act.producer) == ("bfloat16", ["1", "T", "64"], "model.layers.3")
     assert "model.layers.4" in act.consumers
-    replicated = {c.node.name for c in by_role["replicated"]}
+    replicated = {c.node for c in by_role["replicated"]}
     assert {"cu_seq_lens_q", "cu_seq_lens_k"} <= replicated
     assert len(replicated) == 4  # plus the rotary cos and sin tables
     assert {tuple(c.shape) for c in by_role["symbolic"]} == {("max_q",), ("max_k",), ("T",)}
@@ -113,7 +113,7 @@ def test_plan_placement_is_one_feasible_schedule():
     # every flow edge runs forward in stage order under the placement the proof reports
     from graphcheck.analysis.dataflow import analyse_cuts
     from graphcheck.checker import Context
-    from graphcheck.rules.gc101_stage_plan_invalid import plan_from_cuts
+    from graphcheck.planning.syntax import plan_from_cuts
 
     for name, cuts in [
         ("violations:cast_in_loop", [2, 3, 6]),

@@ -19,11 +19,11 @@ from harness import spec
 
 from graphcheck.analysis.residual import residual_layout
 from graphcheck.api import Explorer
-from graphcheck.gate.report import ByteStatus
 from graphcheck.gate.run import Gate
 from graphcheck.model.boundary import ResidualLayout, WireShape
 from graphcheck.project.diff import ChangeKind, diff_lock
 from graphcheck.project.lock import FORMAT, ModelState, model_state
+from graphcheck.results.gate import ByteStatus
 
 FLAT, BATCHED = spec("flat_residual:flat_residual"), spec("flat_residual:batched_residual")
 TWINS = {"flat": (FLAT, ["T", "64"]), "batched": (BATCHED, ["1", "T", "64"])}

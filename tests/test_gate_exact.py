@@ -20,7 +20,12 @@ from harness import spec
 from graphcheck.gate import Gate
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.exact import Probe, gradient_check, isolation_check, model_layers
-from graphcheck.gate.report import (
+from graphcheck.gate.tensors import tensors_of
+from graphcheck.kernels.cpu_reference import cpu_kernels
+from graphcheck.model.layout import detect_layout
+from graphcheck.model.load import default_dtype
+from graphcheck.reporters.text import render as render_gate_text
+from graphcheck.results.gate import (
     ByteCheck,
     Crossing,
     ExactCheck,
@@ -28,11 +33,6 @@ from graphcheck.gate.report import (
     GradientCheck,
     IsolationCheck,
 )
-from graphcheck.gate.tensors import tensors_of
-from graphcheck.kernels.cpu_reference import cpu_kernels
-from graphcheck.model.layout import detect_layout
-from graphcheck.model.load import default_dtype
-from graphcheck.reporters.text import render as render_gate_text
 
 DOCS = (9, 5, 7)
 OLD_TOLERANCE = 0.02  # the relative tolerance the isolation verdict used to allow

@@ -288,7 +288,7 @@ def test_lock_changes_in_markdown_and_json():
     from markdown_it import MarkdownIt
 
     from graphcheck.project.check import CheckResult
-    from graphcheck.project.output import render_check
+    from graphcheck.report import render
 
     old = _entry(["a"] * 48, {"a": OPS})
     new = _entry(["a"] * 12 + ["b"] * 36, {"a": OPS, "b": ADDED})
@@ -296,12 +296,12 @@ def test_lock_changes_in_markdown_and_json():
         Path("pyproject.toml"), [], diff_lock(_lock(old), VERSIONS, {"m": ModelState(new)})
     )
     assert result.exit_code == 1
-    tokens = MarkdownIt("commonmark").enable("table").parse(render_check(result, "markdown"))
+    tokens = MarkdownIt("commonmark").enable("table").parse(render(result, "markdown"))
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert headings == ["❌ graphcheck check: FAIL", "graphcheck.lock: 1 change"]
     items = [tokens[i + 2].content for i, t in enumerate(tokens) if t.type == "list_item_open"]
     assert items == ["❌ **m** layers 12-47: new aten.add.Tensor after aten.silu"]
-    data = json.loads(render_check(result, "json"))
+    data = json.loads(render(result, "json"))
     assert (data["verdict"], data["lock"]["verdict"]) == ("fail", "changed")
     assert data["lock"]["changes"] == [
         {

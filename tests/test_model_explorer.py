@@ -23,14 +23,14 @@ import violations
 from graphcheck.analysis.regions import RegionKind
 from graphcheck.api import Explorer
 from graphcheck.errors import UsageError
-from graphcheck.reporters.model_explorer import GRAPH_ID, OverlayFile, write_overlay
+from graphcheck.interop.model_explorer import GRAPH_ID, OverlayFile, write_overlay
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _adapter():
     try:
-        from graphcheck.reporters.model_explorer import adapter
+        from graphcheck.interop.model_explorer import adapter
 
         adapter.require()
     except UsageError as err:
@@ -133,7 +133,7 @@ def test_bad_folder_is_one_line_before_any_export(cli, tmp_path, make):
 
 
 def test_opening_without_model_explorer_names_the_extra(monkeypatch):
-    from graphcheck.reporters.model_explorer import adapter
+    from graphcheck.interop.model_explorer import adapter
 
     monkeypatch.setitem(sys.modules, "model_explorer", None)
     with pytest.raises(UsageError, match=r"pip install 'graphcheck\[explorer\]'"):
@@ -142,7 +142,7 @@ def test_opening_without_model_explorer_names_the_extra(monkeypatch):
 
 def test_cli_overlay_loads_in_a_fresh_process(cli, tmp_path):
     """The command line writes the overlay; a new process (no op registered by an export)
-    loads it with the adapter, as ``python -m graphcheck.reporters.model_explorer`` does."""
+    loads it with the adapter, as ``python -m graphcheck.interop.model_explorer`` does."""
     _adapter()
     folder = tmp_path / "overlay"
     code, out, _ = cli(
@@ -151,7 +151,7 @@ def test_cli_overlay_loads_in_a_fresh_process(cli, tmp_path):
     )  # fmt: skip
     assert code == 1 and json.loads(out)["verdict"] == "fail"
     script = (
-        "import json, sys; from graphcheck.reporters.model_explorer.adapter import adapter_graphs;"
+        "import json, sys; from graphcheck.interop.model_explorer.adapter import adapter_graphs;"
         "g = adapter_graphs(sys.argv[1]); print(json.dumps([n.id for n in g['graphs'][0].nodes]))"
     )
     run = subprocess.run(

@@ -26,6 +26,7 @@ LAYERS = (
         "graphcheck.diagnostics",
         "graphcheck.phases",
     ),
+    ("graphcheck.results", "graphcheck.planning"),
     ("graphcheck.cache",),
     ("graphcheck.kernels",),
     ("graphcheck.model", "graphcheck.options"),
@@ -34,6 +35,7 @@ LAYERS = (
     ("graphcheck.rules",),
     ("graphcheck.checker",),
     ("graphcheck.report", "graphcheck.reporters"),
+    ("graphcheck.interop",),
     ("graphcheck.api",),
     ("graphcheck.gate",),
     ("graphcheck.project",),
@@ -46,8 +48,8 @@ TOP_LEVEL = {
     "varlen.py",
 }  # fmt: skip
 FOLDERS = {
-    "analysis", "cache", "console", "gate", "kernels", "model", "project", "reporters", "rules",
-    "stages",
+    "analysis", "cache", "console", "gate", "interop", "kernels", "model", "planning",
+    "project", "reporters", "results", "rules", "stages",
 }  # fmt: skip
 
 
@@ -65,22 +67,24 @@ def _type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(test)
 
 
-def _imports(path: Path, known: set[str]) -> set[str]:
-    """The graphcheck modules ``path`` imports (``from pkg import mod`` names ``pkg.mod``)."""
+def _imports(path: Path, known: set[str], typing: bool = False) -> set[str]:
+    """The graphcheck modules ``path`` imports (``from pkg import mod`` names ``pkg.mod``),
+    those under ``if TYPE_CHECKING:`` too when ``typing``; ``known`` empty: every module
+    named, graphcheck's or not."""
     found: set[str] = set()
     stack = [ast.parse(path.read_text(encoding="utf-8"))]
     while stack:
         node = stack.pop()
-        if _type_checking(node):
+        if _type_checking(node) and not typing:
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "graphcheck"}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("graphcheck"):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             subs = {f"{node.module}.{a.name}" for a in node.names}
             found |= (subs & known) or {node.module}
-    return {name for name in found if name in known}
+    return {name for name in found if name in known} if known else found
 
 
 def _layer(module: str) -> int:
@@ -124,9 +128,38 @@ def test_no_import_cycle():
     assert not cycles, f"import cycles: {cycles[:5]}"
 
 
+# The output rooms: plain data in, text out. They import nothing that computes a result
+# (the gate, the api, the analysis), not under TYPE_CHECKING either, and no torch: a
+# result is data a reporter renders without the program it came from.
+OUTPUT = ("graphcheck.report", "graphcheck.reporters", "graphcheck.results", "graphcheck.console")
+COMPUTES = ("graphcheck.gate", "graphcheck.api", "graphcheck.analysis", "torch")
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in _modules() if _within(m, OUTPUT))
+)  # fmt: skip
+def test_output_modules_import_nothing_that_computes(module):
+    found = _imports(_modules()[module], set(), typing=True)
+    assert not [name for name in found if _within(name, COMPUTES)], sorted(found)
+
+
+def test_the_output_rule_sees_typing_imports(tmp_path):
+    """The rule above reads ``if TYPE_CHECKING:`` imports and function-level ones."""
+    path = tmp_path / "m.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from graphcheck.api import x\n"
+        "def f():\n    import torch.fx\n"
+    )
+    assert {"graphcheck.api", "torch.fx"} <= _imports(path, set(), typing=True)
+
+
 def test_the_walk_sees_imports():
     """The test above would pass on a walk that finds nothing: it does find the edges."""
     graph = _graph()
     assert graph.has_edge("graphcheck.api", "graphcheck.checker")
     assert graph.has_edge("graphcheck.cli", "graphcheck.report")  # inside a function
-    assert not graph.has_edge("graphcheck.reporters.text", "graphcheck.gate.report")  # typing
+    assert not graph.has_edge("graphcheck.reporters.text", "graphcheck.results.gate")  # typing

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from graphcheck.analysis.balance import balance, imbalance, stage_costs
+from graphcheck.planning.balance import balance, imbalance, stage_costs
 
 
 def _brute(layers, stages, legal, first=0, last=0):

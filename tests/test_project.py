@@ -258,18 +258,18 @@ def test_check_of_three_models_gives_valid_sarif_and_markdown(monkeypatch):
     import jsonschema
 
     from graphcheck.project.check import run_project
-    from graphcheck.project.output import render_check
+    from graphcheck.report import render
 
     monkeypatch.chdir(ROOT)
     result = run_project(EXAMPLE)
     assert [run.check.name for run in result.runs] == ["llama-small", "reference", "llama-3.1-8b"]
     assert result.exit_code == 0 and len(result.reports) == 6
     schema = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text("utf-8"))
-    log = json.loads(render_check(result, "sarif"))
+    log = json.loads(render(result, "sarif"))
     validator = jsonschema.validators.validator_for(schema)(schema)
     assert not [e.message for e in validator.iter_errors(log)]
     assert log["runs"][0]["properties"] == {"mode": "check", "verdict": "pass"}
-    tokens = MarkdownIt("commonmark").enable("table").parse(render_check(result, "markdown"))
+    tokens = MarkdownIt("commonmark").enable("table").parse(render(result, "markdown"))
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert headings[0] == "✅ graphcheck check: PASS"
     cells = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "td_open"]

@@ -20,7 +20,7 @@ def _map(factory: str):
 
 
 def _activations(report, k: int) -> list[str]:
-    return [c.node.name for c in report.cut(k).crossing if c.role == "activation"]
+    return [c.node for c in report.cut(k).crossing if c.role == "activation"]
 
 
 def _crossing_activations(report, k: int) -> list:
@@ -79,9 +79,9 @@ def test_allows_writes_local_to_the_layer(fixture):
 def test_mutated_input_is_not_replicated():
     # layers 5-7 read position_ids after layer 2 doubled it: what crosses cut 5 is the
     # write (an activation), not the replicated input, which only the twin hands on
-    roles = {c.node.name: c.role for c in _map("positions_inplace").cut(5).crossing}
+    roles = {c.node: c.role for c in _map("positions_inplace").cut(5).crossing}
     assert roles["mul_"] == "activation" and "position_ids" not in roles
-    twin = {c.node.name: c.role for c in _map("positions_out_of_place").cut(5).crossing}
+    twin = {c.node: c.role for c in _map("positions_out_of_place").cut(5).crossing}
     assert twin["position_ids"] == "replicated"
 
 

@@ -27,7 +27,6 @@ import pytest
 from harness import RuleExplorer as Explorer  # no stage programs: suppressions
 
 from graphcheck.project.check import run_project
-from graphcheck.project.output import render_check
 from graphcheck.report import render
 from graphcheck.rules.suppress import Suppression
 
@@ -159,18 +158,18 @@ def test_check_labels_a_configuration_ignore_by_the_configuration(models, tmp_pa
     )
     result = run_project(config)
     assert result.exit_code == 0
-    text = render_check(result, "text")
+    text = render(result, "text")
     assert "GC205 ×1 by [tool.graphcheck] ignore" in text and "by --ignore" not in text
     assert re.search(
         r"cuts 1: PASS \(1/1 cuts proven; 2 stage programs, 0 differences\)\n"
         r" +4 findings ignored \(",
         text,
     )
-    found = _suppressions(_valid(render_check(result, "sarif")))
+    found = _suppressions(_valid(render(result, "sarif")))
     assert ("GC205", "external", "[tool.graphcheck] ignore GC205") in found
     assert ("GC501", "external", "[tool.graphcheck] ignore GC5") in found
     assert {kind for code, kind, _ in found if code == "GC401"} == {"inSource"}
-    data = json.loads(render_check(result, "json"))
+    data = json.loads(render(result, "json"))
     ignored = data["checks"][0]["plans"][0]["report"]["ignored"]
     assert {i["code"]: i["ignored_by"] for i in ignored}["GC205"] == "[tool.graphcheck] ignore"
 

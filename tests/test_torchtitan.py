@@ -45,7 +45,7 @@ def llama3():
 def test_llama3_verifies_unadapted_with_torchtitans_stages(llama3):
     assert (llama3.verdict, llama3.codes) == ("pass", set())
     _staged_by_torchtitan(llama3)
-    crossing = {v.node.name: str(v.role) for v in llama3.cut(1).crossing}
+    crossing = {v.node: str(v.role) for v in llama3.cut(1).crossing}
     # the masks torchtitan builds from positions reach the second stage as its inputs
     assert crossing["position_ids"] == crossing["cu_seq_lens_q"] == "replicated"
     assert [v.shape for v in llama3.cut(1).crossing if str(v.role) == "activation"] == [
@@ -175,7 +175,7 @@ def test_gpt_oss_sinks_windows_and_biased_experts():
     attention = [n for n in explorer.program.graph.nodes if "_varlen_attn" in str(n.target)]
     assert [list(bind(n)["window_size"]) for n in attention] == [[127, 0], [-1, 0]]
     assert all(any(u.args[1] == 1 and u.users for u in n.users) for n in attention)  # lse read
-    crossing = {v.node.name: str(v.role) for v in report.cut(1).crossing}
+    crossing = {v.node: str(v.role) for v in report.cut(1).crossing}
     assert crossing["cu_seq_lens_q"] == crossing["b_layers_1_moe_expert_bias_e"] == "replicated"
 
 

@@ -19,9 +19,9 @@ from torch import nn
 from graphcheck import varlen
 from graphcheck.analysis.export import export_model
 from graphcheck.analysis.program import analyse
-from graphcheck.analysis.taint import Role
 from graphcheck.model.layout import detect_layout
 from graphcheck.model.load import build_fake, fake_mode
+from graphcheck.results.values import Role
 from graphcheck.rules import gc403_shape_specialized
 from graphcheck.varlen import Structure, Taint, VarlenInput
 

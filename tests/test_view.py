@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from graphcheck.analysis.balance import balance, imbalance, stage_costs
+from graphcheck.planning.balance import balance, imbalance, stage_costs
 from graphcheck.report import Report, render
 from graphcheck.reporters.view import CutView, page, script
 

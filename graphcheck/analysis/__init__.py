@@ -9,12 +9,12 @@ The data flows top to bottom:
   depends on), token locality (:mod:`~graphcheck.analysis.locality`: the abstract
   domain, the op registry and one module per op family),
   placement;
-* :mod:`~graphcheck.analysis.plan` - stage plans from cuts or a stage count;
 * :mod:`~graphcheck.analysis.dataflow` - the crossing set of each cut;
 * :mod:`~graphcheck.analysis.residual` - which crossing value is the residual wire;
 * :mod:`~graphcheck.analysis.fx` - FX node helpers (op names, views, casts, source lines).
 
-The rules (:mod:`graphcheck.rules`) read the result.
+The rules (:mod:`graphcheck.rules`) read the result; the stage plans it is read under
+are :mod:`graphcheck.planning`'s.
 """
 
 __all__: list[str] = []

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 
 import sympy
 import torch
@@ -55,61 +54,9 @@ from graphcheck.analysis.locality import bind
 from graphcheck.analysis.opfacts import CONVOLUTION, MATMUL, SDPA_ATTENTION, VARLEN_ATTENTION
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
+from graphcheck.planning.cost import DOC_LENGTH, FIRST, LAST, Costs, LayerCost, keys_per_query
 
-__all__ = ["DOC_LENGTH", "Costs", "LayerCost", "costs", "keys_per_query"]
-
-DOC_LENGTH = 4096  # the mean document length attention is counted at, unless given
-
-FIRST, LAST = "first", "last"  # the parts that are not layers: embedding, norm + head
-
-
-@dataclass
-class LayerCost:
-    """The cost of one part of the model: a decoder layer, or the first or last
-    stage's own modules (``layer`` ``None``, ``name`` ``"first"``/``"last"``)."""
-
-    name: str
-    layer: int | None
-    param_bytes: int = 0
-    flops_per_token: float = 0.0  # matmul + attention
-    attention_flops_per_token: float = 0.0
-    uncounted: list[str] = field(default_factory=list)  # ops left out, "node (op)"
-
-    def value(self, metric: str) -> float:
-        """The cost planned on: ``"params"`` (bytes) or ``"flops"`` (per token)."""
-        return self.param_bytes if metric == "params" else self.flops_per_token
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class Costs:
-    """Every part's cost: ``first`` (embedding, prelude), ``layers`` 0..L-1, ``last``
-    (final norm, head, epilogue), and the bytes per token crossing each boundary."""
-
-    first: LayerCost
-    layers: list[LayerCost]
-    last: LayerCost
-    doc_length: int = DOC_LENGTH
-    boundary_bytes_per_token: list[int | None] = field(default_factory=list)
-
-    def values(self, metric: str) -> tuple[float, list[float], float]:
-        """``(first, per layer, last)`` in ``metric`` (``params`` or ``flops``)."""
-        return (
-            self.first.value(metric),
-            [c.value(metric) for c in self.layers],
-            self.last.value(metric),
-        )
-
-    def as_dict(self) -> dict:
-        return {
-            "doc_length": self.doc_length,
-            "first": self.first.as_dict(),
-            "layers": [c.as_dict() for c in self.layers],
-            "last": self.last.as_dict(),
-            "boundary_bytes_per_token": self.boundary_bytes_per_token,
-        }
+__all__ = ["DOC_LENGTH", "Costs", "LayerCost", "costs", "keys_per_query"]  # values: planning.cost
 
 
 def costs(
@@ -137,23 +84,6 @@ def costs(
         doc_length,
         [crossing.get(k) for k in range(program.num_layers + 1)] if crossing else [],
     )
-
-
-def keys_per_query(length: int, left: int, right: int) -> float:
-    """Mean keys a query attends to in a document of ``length`` tokens, with a window
-    of ``left`` keys before and ``right`` after it (-1: unbounded).
-
-    >>> keys_per_query(4096, 16, 0)  # a sliding window of 16 (17 keys with itself)
-    16.966796875
-    """
-    n = length
-
-    def side(w: int) -> int:  # sum over positions of min(distance to the edge, w)
-        if w < 0 or w >= n - 1:
-            return n * (n - 1) // 2
-        return w * (w + 1) // 2 + w * (n - 1 - w)
-
-    return (n + side(left) + side(right)) / n
 
 
 # --- where a node's cost goes -----------------------------------------------------------

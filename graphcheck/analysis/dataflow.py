@@ -32,6 +32,8 @@ from graphcheck.analysis.fx import is_view_node, op_name, tensor_val
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 from graphcheck.analysis.taint import Role
+from graphcheck.diagnostics import source_line
+from graphcheck.results.values import CrossingValue
 
 __all__ = ["Crossing", "CutAnalysis", "analyse_cut", "analyse_cuts", "copies_data", "live_edges"]
 
@@ -58,6 +60,13 @@ class Crossing:
             "producer": self.producer,
             "consumers": self.consumers,
         }
+
+    def snapshot(self) -> CrossingValue:
+        """The value as plain data, for the report (its node by name, its source line)."""
+        return CrossingValue(
+            self.node.name, self.role, self.dtype, self.shape, self.producer,
+            list(self.consumers), source_line(self.node),
+        )  # fmt: skip
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What kind of work an op is, in one place: the op sets the cost model
 (:mod:`graphcheck.analysis.cost`) counts and the cut explorer's layer kinds
-(:mod:`graphcheck.reporters.view.kinds`) label, keyed by the op's qualified name
+(:mod:`graphcheck.analysis.kinds`) label, keyed by the op's qualified name
 (:func:`graphcheck.analysis.fx.op_name`).
 
 >>> "aten.mm.default" in MATMUL, "aten.add.Tensor" in MATMUL

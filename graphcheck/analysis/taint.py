@@ -19,20 +19,10 @@ its *role* in a crossing set follows from the bits:
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+from graphcheck.results.values import Role
 from graphcheck.varlen import Taint
 
-__all__ = ["Role", "role_of"]
-
-
-class Role(StrEnum):
-    """What a value is to a cut (a ``str``: reports print and compare it as one)."""
-
-    ACTIVATION = "activation"
-    REPLICATED = "replicated"
-    PARAMETER = "parameter"
-    SYMBOLIC = "symbolic"
+__all__ = ["Role", "role_of"]  # Role is graphcheck.results.values.Role, named here too
 
 
 def role_of(bits: int, tensor: bool) -> Role:

@@ -11,14 +11,14 @@ its own init method, the check that every parameter was initialised),
 :mod:`~graphcheck.gate.output` (what is compared: the returned tensor, a head, a module),
 :mod:`~graphcheck.gate.checks` (the comparisons), :mod:`~graphcheck.gate.batch`
 (the packed batch), :mod:`~graphcheck.gate.messages` (one-line failures) and
-:mod:`~graphcheck.gate.report` (the report and its statuses).
+:mod:`~graphcheck.results.gate` (the report and its statuses).
 
 >>> from graphcheck.gate import Gate, GateReport, gate
 """
 
 from __future__ import annotations
 
-from graphcheck.gate.report import GateReport
 from graphcheck.gate.run import Gate, gate
+from graphcheck.results.gate import GateReport
 
 __all__ = ["Gate", "GateReport", "gate"]

@@ -17,16 +17,15 @@ from pathlib import Path
 import torch
 
 from graphcheck import phases as progress
-from graphcheck.analysis.plan import StagePlan
 from graphcheck.errors import GateError, GraphcheckError
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.checks import train_check
-from graphcheck.gate.graph_run import Blocked, Handover
 from graphcheck.gate.messages import one_line
-from graphcheck.gate.report import TrainCheck, TrainStatus
 from graphcheck.gate.runner import Recipe, pack, run_stage, unpack
 from graphcheck.gate.weights import model_logits
 from graphcheck.model.boundary import WireShape
+from graphcheck.planning.plan import StagePlan
+from graphcheck.results.gate import Blocked, Handover, TrainCheck, TrainStatus
 from graphcheck.stages.fresh import run_fresh
 
 __all__ = ["StageChain", "StagePass", "in_fresh_process"]

@@ -16,7 +16,7 @@ import torch
 
 from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.exact import token_axis
-from graphcheck.gate.report import (
+from graphcheck.results.gate import (
     ByteCheck,
     ByteStatus,
     TrainCheck,

@@ -59,7 +59,9 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from graphcheck.gate.batch import PackedBatch
-from graphcheck.gate.report import (
+from graphcheck.gate.tensors import restore
+from graphcheck.model.layout import Layout
+from graphcheck.results.gate import (
     AloneCheck,
     Crossing,
     ExactCheck,
@@ -68,8 +70,6 @@ from graphcheck.gate.report import (
     IsolationStatus,
     IsolationTest,
 )
-from graphcheck.gate.tensors import restore
-from graphcheck.model.layout import Layout
 
 __all__ = [
     "Probe",

@@ -39,37 +39,10 @@ import torch.fx
 
 from graphcheck.analysis.passes.link_mutations_pass import storage_root, written_arguments
 from graphcheck.analysis.program import Program
-from graphcheck.analysis.taint import Role
+from graphcheck.results.gate import Blocked, Handover
+from graphcheck.results.values import Role
 
-__all__ = ["Blocked", "Handover", "NodeFailure", "RunStagesPass", "StagedRun"]
-
-
-@dataclass(frozen=True)
-class Handover:
-    """What crossed one cut in a run."""
-
-    cut: int
-    node: str | None
-    dtype: str | None
-    shape: list[str] | None
-    rounded: bool  # not bf16 in the program: rounded on the wire
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class Blocked:
-    """A stage needed a value the wire did not carry."""
-
-    stage: int
-    node: str
-    producer: str  # module path of the value
-    made_on: int | None  # the stage that computes it
-    message: str
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
+__all__ = ["NodeFailure", "RunStagesPass", "StagedRun"]
 
 
 @dataclass

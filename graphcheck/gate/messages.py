@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from graphcheck import errors
 from graphcheck.analysis.fx import op_name
-from graphcheck.gate.graph_run import Blocked, NodeFailure
+from graphcheck.gate.graph_run import NodeFailure
+from graphcheck.results.gate import Blocked
 
 __all__ = [
     "failure_message",

@@ -92,7 +92,6 @@ import torch
 from torch import nn
 
 from graphcheck import phases as progress
-from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.residual import residual_layout
 from graphcheck.api import Explorer, ModelArg
 from graphcheck.errors import GateError, UsageError
@@ -100,17 +99,9 @@ from graphcheck.gate.batch import DEFAULT_DOCS, PackedBatch
 from graphcheck.gate.chain import StageChain, in_fresh_process
 from graphcheck.gate.checks import bytes_check, same
 from graphcheck.gate.exact import Probe, isolation_check
-from graphcheck.gate.graph_run import Handover, NodeFailure, RunStagesPass
+from graphcheck.gate.graph_run import NodeFailure, RunStagesPass
 from graphcheck.gate.messages import failure_message, not_pipeline_aware, raised, random_ops
 from graphcheck.gate.output import Compared, OutputKind
-from graphcheck.gate.report import (
-    ByteCheck,
-    ByteStatus,
-    GateReport,
-    IsolationCheck,
-    RunMode,
-    TrainCheck,
-)
 from graphcheck.gate.runner import Recipe, run_uncut
 from graphcheck.gate.tensors import (
     NO_INIT,
@@ -134,6 +125,16 @@ from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.boundary import WireShape
 from graphcheck.model.hf import is_hf_spec, is_transformers_model
+from graphcheck.planning.plan import StagePlan
+from graphcheck.results.gate import (
+    ByteCheck,
+    ByteStatus,
+    GateReport,
+    Handover,
+    IsolationCheck,
+    RunMode,
+    TrainCheck,
+)
 from graphcheck.rules.gc304_random_op_in_program import CODE as GC304
 from graphcheck.stages.builders import StageBuilder, default_builder
 

@@ -49,7 +49,6 @@ from graphcheck.gate.batch import PackedBatch
 from graphcheck.gate.exact import Probe, gradient_check, isolation_check
 from graphcheck.gate.messages import one_line
 from graphcheck.gate.output import Compared, returned_tensor, wire_tensor
-from graphcheck.gate.report import IsolationCheck
 from graphcheck.gate.tensors import check_initialised, initialise, restore, tensors_of
 from graphcheck.kernels import BUILTIN, load_kernels, patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
@@ -58,6 +57,7 @@ from graphcheck.model.dtype import DtypePlan
 from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import Layout
 from graphcheck.model.load import default_dtype, in_program_mode, resolve_factory
+from graphcheck.results.gate import IsolationCheck
 from graphcheck.stages.build import stage_layout
 from graphcheck.stages.builders import call_builder, resolve_builder
 

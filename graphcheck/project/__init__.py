@@ -9,8 +9,9 @@
 * :mod:`graphcheck.project.lock` records per model what a change can alter (layer
   programs, boundary verdicts, plan verdicts, versions, source hashes) in
   ``graphcheck.lock``; :mod:`graphcheck.project.lockfile` reads and writes that file;
-* :mod:`graphcheck.project.diff` compares a run with the lock, in words;
-* :mod:`graphcheck.project.output` renders a check result in every format.
+* :mod:`graphcheck.project.diff` compares a run with the lock, in words.
+
+A check's result renders through the one reporter seam (:func:`graphcheck.report.render`).
 
 Only :mod:`graphcheck.project.lock` and a check that runs afresh import torch: a
 ``check --locked`` whose checks all come from the cache does not.

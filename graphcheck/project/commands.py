@@ -17,10 +17,10 @@ from contextlib import AbstractContextManager
 
 from graphcheck.cache.store import add_options
 
-__all__ = ["COMMANDS", "add_parsers", "run_command"]
+__all__ = ["CHECK_FORMATS", "COMMANDS", "add_parsers", "run_command"]
 
 COMMANDS = ("check", "lock")
-_FORMATS = ("json", "markdown", "sarif", "text")  # graphcheck.project.output.FORMATS
+CHECK_FORMATS = ("json", "markdown", "sarif", "text")  # the formats whose KINDS hold "check"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -64,12 +64,12 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="with --locked: report the changes, then rewrite graphcheck.lock to this run",
     )
-    check.add_argument("--format", choices=_FORMATS, default="text")
+    check.add_argument("--format", choices=CHECK_FORMATS, default="text")
     lock = sub.add_parser(
         "lock", help="write graphcheck.lock: layer programs, boundary and plan verdicts"
     )
     _common(lock)
-    lock.add_argument("--format", choices=_FORMATS, default="text")
+    lock.add_argument("--format", choices=CHECK_FORMATS, default="text")
 
 
 def run_command(
@@ -81,7 +81,7 @@ def run_command(
     from graphcheck.cache import resolve_folder
     from graphcheck.errors import UsageError
     from graphcheck.project.check import run_project
-    from graphcheck.project.output import check_headline, render_check
+    from graphcheck.report import headline, render
 
     if args.command == "check" and args.update and not args.locked:
         raise UsageError("--update rewrites the lock a --locked check compares with: add --locked")
@@ -95,4 +95,4 @@ def run_command(
         cache=folder,
         fresh=fresh,
     )
-    return render_check(result, args.format), result.exit_code, check_headline(result)
+    return render(result, args.format), result.exit_code, headline(result)

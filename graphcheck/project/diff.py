@@ -70,6 +70,7 @@ class LockDiff:
     """Every change found; exit status 1 when one of them fails."""
 
     changes: list[Change]
+    kinds: tuple[ChangeKind, ...] = tuple(ChangeKind)  # every kind a change can be
 
     @property
     def exit_code(self) -> int:

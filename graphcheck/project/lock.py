@@ -5,7 +5,7 @@ Per model (keyed by its check's name):
 * ``layers``: per layer ``[index, fingerprint, kind]``; the fingerprint hashes the
   layer's labelled program (:mod:`graphcheck.stages.fingerprint`: the parts stage
   equivalence compares, its Weisfeiler-Lehman hash and its op list), the kind is the
-  cut explorer's label (:mod:`graphcheck.reporters.view.kinds`);
+  cut explorer's label (:mod:`graphcheck.analysis.kinds`);
 * ``edges``: ``[part, fingerprint]`` of the parts outside the layers, the same way: the
   ``input`` modules (embedding), the model-level code between modules (``glue``: the
   prelude, the loop's own ops) and the ``output`` modules (final norm, head);
@@ -45,12 +45,12 @@ from pathlib import Path
 
 import torch
 
+from graphcheck.analysis.kinds import layer_kinds
 from graphcheck.analysis.regions import Region, RegionKind
 from graphcheck.analysis.residual import residual_layout
 from graphcheck.diagnostics import source_line
 from graphcheck.project.lockfile import FORMAT, ModelState, dumps, read_lock, versions, write_lock
 from graphcheck.project.record import PlanResult
-from graphcheck.reporters.view.kinds import layer_kinds
 from graphcheck.stages.fingerprint import Provenance, part_of
 
 __all__ = [

@@ -7,9 +7,10 @@ crossing sets and do not outlive the process, so a check keeps, per plan, what
 codes the summary lines and tables show, and the report rendered in each format
 ``check`` composes: text, Markdown, SARIF, JSON) and, when the lock is involved, the
 model's lock entry with each op's source line
-(:class:`~graphcheck.project.lockfile.ModelState`). :mod:`graphcheck.project.output`
-composes every format from these alone, so a check served from the cache
-(:mod:`graphcheck.cache.records`) prints the bytes its fresh run printed.
+(:class:`~graphcheck.project.lockfile.ModelState`). Each format's reporter
+(:func:`graphcheck.report.render`) composes a check from these alone, so a check
+served from the cache (:mod:`graphcheck.cache.records`) prints the bytes its fresh run
+printed.
 
 :func:`record_plain` and :func:`record_of` convert a check's plain data to and from the
 JSON the cache stores; :func:`record_of` raises :class:`ValueError` on anything

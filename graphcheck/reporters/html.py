@@ -10,7 +10,9 @@ from __future__ import annotations
 from graphcheck.errors import UsageError
 from graphcheck.reporters.view import CutView, page
 
-__all__ = ["render"]
+__all__ = ["KINDS", "render"]
+
+KINDS = frozenset({"map", "plan"})  # the commands whose explorer it draws
 
 
 def render(result) -> str:

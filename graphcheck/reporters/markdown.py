@@ -19,29 +19,32 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
-from graphcheck.analysis.taint import Role
-from graphcheck.diagnostics import Group, Verdict, group
+from graphcheck.diagnostics import Group, Verdict, counted, group
 from graphcheck.errors import UsageError
 from graphcheck.reporters.sarif import doc_sections
+from graphcheck.results.values import Role
 from graphcheck.rules import INFO
 
 if TYPE_CHECKING:
-    from graphcheck.analysis.dataflow import Crossing
+    from graphcheck.project.check import CheckResult
     from graphcheck.report import CutReport, Report
+    from graphcheck.results.values import CrossingValue
 
 __all__ = ["KINDS", "MAX_DIAGNOSTICS", "NAME", "render"]
 
 NAME = "markdown"
-KINDS = frozenset({"verify", "map"})  # the results this format renders
+KINDS = frozenset({"verify", "map", "check"})  # the results this format renders
 MAX_DIAGNOSTICS = 10  # a PR comment shows the first groups of findings; the rest are counted
 
 
 def render(result: Report) -> str:
     if result.kind not in KINDS:
         raise UsageError(
-            f"--format markdown summarises graphcheck verify or map, not {result.kind}; "
+            f"--format markdown summarises graphcheck verify, map or check, not {result.kind}; "
             f"use --format text or json for {result.kind}"
         )
+    if result.kind == "check":
+        return _check_markdown(result)
     parts = [_heading(result), _cuts(result), _diagnostics(result), _ignored(result)]
     parts.append(_first_violation(result))
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -71,12 +74,12 @@ def _heading(report: Report) -> str:
     )
 
 
-def _wire(crossing: list[Crossing]) -> str:
+def _wire(crossing: list[CrossingValue]) -> str:
     acts = [c for c in crossing if c.role == Role.ACTIVATION]
-    return ", ".join(f"{c.node.name} {c.dtype or '?'} {_shape(c)}" for c in acts) or "-"
+    return ", ".join(f"{c.node} {c.dtype or '?'} {_shape(c)}" for c in acts) or "-"
 
 
-def _shape(c: Crossing) -> str:
+def _shape(c: CrossingValue) -> str:
     return "[" + ", ".join(c.shape) + "]" if c.shape is not None else "-"
 
 
@@ -146,8 +149,44 @@ def _first_violation(report: Report) -> str:
         "|---|---|---|---|---|---|",
     ]
     for c in cut.crossing:
-        cells = [c.node.name, str(c.role), c.dtype or "-", _shape(c), c.producer]
+        cells = [c.node, str(c.role), c.dtype or "-", _shape(c), c.producer]
         more = f" +{len(c.consumers) - 2}" if len(c.consumers) > 2 else ""
         cells.append(", ".join(c.consumers[:2]) + more or "-")
         rows.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return "\n".join(rows)
+
+
+# --- graphcheck check and lock: a verdict table, the lock's changes, each summary -------
+
+
+def _check_markdown(result: CheckResult) -> str:
+    mark = {"pass": "✅", "fail": "❌"}.get(result.verdict, "⚠️")
+    parts = [f"## {mark} graphcheck check: {result.verdict.upper()}"]
+    rows = ["| check | plan | verdict | codes |", "|---|---|---|---|"]
+    for run in result.runs:
+        if run.error is not None:
+            rows.append(f"| {_cell(run.check.name)} | - | ERROR | {_cell(run.error)} |")
+        for plan, r in run.reports.items():
+            codes = ", ".join(sorted(r.codes)) or "-"
+            cells = [run.check.name, plan, r.verdict.upper(), codes]
+            rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    parts.append("\n".join(rows))
+    if result.diff is not None:
+        parts.append(_markdown_lock(result))
+    for run, plan, report in result.reports:
+        parts += [
+            f"**{_cell(run.check.name)}** · {_cell(plan)}",
+            report.markdown.strip(),
+        ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _markdown_lock(result: CheckResult) -> str:
+    changes = result.diff.changes
+    lines = [f"#### graphcheck.lock: {counted(len(changes), 'change')}", ""]
+    for c in changes:
+        model = f"**{c.model}** " if c.model else ""
+        lines.append(f"- {'❌' if c.fails else 'ℹ️'} {model}{_cell(c.message)}")
+        if c.source:
+            lines.append(f"  at `` {c.source} ``")
+    return "\n".join(lines if changes else [*lines[:-1], "", "No change."])

@@ -48,6 +48,8 @@ from graphcheck.rules.suppress import IgnoredBy
 
 if TYPE_CHECKING:
     from graphcheck.diagnostics import Diagnostic
+    from graphcheck.project.check import CheckResult
+    from graphcheck.project.diff import Change
     from graphcheck.report import Report
     from graphcheck.rules.suppress import Ignored
 
@@ -63,7 +65,7 @@ __all__ = [
 ]
 
 NAME = "sarif"
-KINDS = frozenset({"verify", "map"})  # the results this format renders
+KINDS = frozenset({"verify", "map", "check"})  # the results this format renders
 VERSION = "2.1.0"
 SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -76,9 +78,11 @@ _SOURCE = re.compile(r"(?P<path>.+?):(?P<line>\d+):")
 def render(result: Report) -> str:
     if result.kind not in KINDS:
         raise UsageError(
-            f"--format sarif renders the findings of graphcheck verify or map, not "
+            f"--format sarif renders the findings of graphcheck verify, map or check, not "
             f"{result.kind}; use --format json or text for {result.kind}"
         )
+    if result.kind == "check":
+        return _check_log(result)
     log = {"$schema": SCHEMA, "version": VERSION, "runs": [_run(result)]}
     return json.dumps(log, indent=2) + "\n"
 
@@ -240,3 +244,71 @@ def _factory_location(model: str) -> dict | None:
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == factory:
             location["region"] = {"startLine": node.lineno}
     return location
+
+
+# --- graphcheck check and lock: every report's results in one run, and the lock's ------
+
+
+def _check_located(source: str | None) -> dict | None:
+    match = _SOURCE.match(source or "")
+    if match is None:
+        return None
+    physical = {
+        "artifactLocation": {"uri": match["path"]},
+        "region": {"startLine": int(match["line"])},
+    }
+    return {"physicalLocation": physical}
+
+
+def _file_location(path: Path) -> dict:
+    """``path`` as an artifact location: relative to the working directory under it."""
+    try:
+        uri = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        uri = path.resolve().as_uri()
+    return {"physicalLocation": {"artifactLocation": {"uri": uri}}}
+
+
+def _lock_result(change: Change, config: Path) -> dict:
+    """A lock change as a result, at the model's line responsible, else at the
+    configuration that declares the check (code scanning shows located results only)."""
+    location = _check_located(change.source) or _file_location(config)
+    return {
+        "ruleId": f"lock/{change.kind}",
+        "level": "error" if change.fails else "note",
+        "message": {"text": f"{change.model or 'graphcheck.lock'}: {change.message}"},
+        "locations": [location],
+        "properties": {"model": change.model, "lock": str(change.kind)},
+    }
+
+
+def _lock_rules(kinds) -> list[dict]:
+    return [
+        {"id": f"lock/{kind}", "shortDescription": {"text": f"graphcheck.lock: {kind} changed"}}
+        for kind in kinds
+    ]
+
+
+def _check_log(result: CheckResult) -> str:
+    logs = [(run, plan, json.loads(r.sarif)) for run, plan, r in result.reports]
+    base = logs[0][2] if logs else _empty_log()
+    results = []
+    for run, plan, log in logs:
+        for found in log["runs"][0]["results"]:
+            found["properties"].update(check=run.check.name, plan=plan)
+            results.append(found)
+    merged = base["runs"][0]
+    merged["results"] = results
+    if result.diff is not None:
+        merged["tool"]["driver"]["rules"] += _lock_rules(result.diff.kinds)
+        merged["results"] += [_lock_result(c, result.config) for c in result.diff.changes]
+    merged["properties"] = {"mode": "check", "verdict": result.verdict}
+    return json.dumps(base, indent=2) + "\n"
+
+
+def _empty_log() -> dict:
+    """The SARIF log of a verify report without findings, for a result without plans
+    (every check could not run; none came from the cache)."""
+    from graphcheck.report import Report
+
+    return json.loads(render(Report(model="", num_layers=0, mode="verify")))

@@ -2,8 +2,9 @@
 
 ``verify`` shows each cut's crossing set and the diagnostics, ``map`` one line
 per boundary and the first finding of each illegal one, ``gate`` the static verdict
-next to the executed comparisons. The header names the program proven (``train
-mode``: ``model.train()``, or ``eval mode``).
+next to the executed comparisons, ``check`` and ``lock`` each check under a heading (a
+line per proven plan, the whole report of a failing one) and the lock's changes. The
+header names the program proven (``train mode``: ``model.train()``, or ``eval mode``).
 
 A finding that repeats (the same code, source line and message at every layer or
 cut) is shown once with what it covers (:func:`graphcheck.diagnostics.group`):
@@ -17,26 +18,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from graphcheck._version import __version__
-from graphcheck.analysis.taint import Role
-from graphcheck.diagnostics import Group, Verdict, group, spans
+from graphcheck.diagnostics import Group, Verdict, counted, group, spans
+from graphcheck.results.values import Role
 
 if TYPE_CHECKING:
-    from graphcheck.analysis.dataflow import Crossing
-    from graphcheck.analysis.plan import Stage
     from graphcheck.diagnostics import Diagnostic
-    from graphcheck.gate.report import (
+    from graphcheck.planning.plan import Stage
+    from graphcheck.project.check import CheckResult
+    from graphcheck.project.diff import Change
+    from graphcheck.project.record import PlanResult
+    from graphcheck.report import PlanReport, Report
+    from graphcheck.results.gate import (
         ByteCheck,
         GateReport,
         GradientCheck,
         IsolationCheck,
         TrainCheck,
     )
-    from graphcheck.report import PlanReport, Report
+    from graphcheck.results.values import CrossingValue
 
 __all__ = ["headline", "render"]
 
 
-def headline(result: Report | PlanReport | GateReport) -> str:
+def headline(result: Report | PlanReport | GateReport | CheckResult) -> str:
     """The verdict in one line, as ``--output FILE`` prints it on stdout: the verdict
     line of a verify or gate report (the proof's, for a plan), a map's legal cuts.
 
@@ -51,10 +55,14 @@ def headline(result: Report | PlanReport | GateReport) -> str:
         return headline(result.proof) if result.plan is not None else "FAIL (no legal plan)"
     if result.kind == "verify":
         return f"{result.verdict.upper()} ({result.summary()})"
+    if result.kind == "check":
+        return _check_summary(result).removeprefix("verdict: ").rstrip("\n")
     return _summary(result).removeprefix("verdict: ")
 
 
-def render(result: Report | PlanReport | GateReport) -> str:
+def render(result: Report | PlanReport | GateReport | CheckResult) -> str:
+    if result.kind == "check":
+        return render_check(result)
     if result.kind == "map":
         return render_map(result)
     if result.kind == "plan":
@@ -180,13 +188,13 @@ def _table(rows: list[list[str]]) -> list[str]:
     ]
 
 
-def _crossing_rows(crossing: list[Crossing]) -> list[str]:
+def _crossing_rows(crossing: list[CrossingValue]) -> list[str]:
     rows = [["value", "role", "dtype", "shape", "producer", "consumers"]]
     for c in crossing:
         shape = "[" + ", ".join(c.shape) + "]" if c.shape is not None else "-"
         more = f" +{len(c.consumers) - 2}" if len(c.consumers) > 2 else ""
         consumers = ", ".join(c.consumers[:2]) + more
-        rows.append([c.node.name, c.role, c.dtype or "-", shape, c.producer, consumers or "-"])
+        rows.append([c.node, c.role, c.dtype or "-", shape, c.producer, consumers or "-"])
     return _table(rows)
 
 
@@ -294,7 +302,7 @@ def render_map(report: Report) -> str:
     lines = [*_header(report), "", f"  cut  verdict  {'codes':<{width}}  activations crossing"]
     for cut in report.cuts:
         acts = [c for c in cut.crossing if c.role == Role.ACTIVATION]
-        wire = ", ".join(f"{c.node.name}:{c.dtype}" for c in acts) or "-"
+        wire = ", ".join(f"{c.node}:{c.dtype}" for c in acts) or "-"
         codes = _map_codes(cut)
         lines.append(f"  {cut.position:>3}  {cut.verdict.upper():<7}  {codes:<{width}}  {wire}")
     lines += _first_findings(report)
@@ -560,3 +568,59 @@ def render_gate_text(report: GateReport) -> str:
         lines.append(_train_line(report.train))
     lines += ["", _summary(report)]
     return "\n".join(lines) + "\n"
+
+
+# --- graphcheck check and lock: each check's plans, the lock's changes ------------------
+
+
+def _change_lines(change: Change) -> list[str]:
+    mark = "✗" if change.fails else "·"
+    model = f"{change.model}: " if change.model else ""
+    lines = [f"  {mark} {model}{change.message}"]
+    return lines + ([f"      at {change.source}"] if change.source else [])
+
+
+def _check_summary(result: CheckResult) -> str:
+    reports = result.reports
+    proven = sum(r.verdict == Verdict.PASS for _, _, r in reports)
+    errors = sum(run.error is not None for run in result.runs)
+    parts = [counted(len(result.runs), "check"), f"{proven}/{len(reports)} plans proven"]
+    parts += [f"{errors} could not run"] if errors else []
+    if result.diff is not None:
+        failing = sum(c.fails for c in result.diff.changes)
+        parts.append(f"lock: {counted(len(result.diff.changes), 'change')}, {failing} failing")
+    if result.wrote is not None:
+        parts.append(f"wrote {result.wrote.name}")
+    elif result.command == "lock":
+        parts.append("graphcheck.lock left as it was: a check could not run")
+    return f"verdict: {result.verdict.upper()} · " + " · ".join(parts) + "\n"
+
+
+def _plan_line(plan: str, report: PlanResult) -> str:
+    """A plan in one line (a proven one, or any under ``lock``): ``cuts 3: PASS (1/1 cuts
+    proven; 2 stage programs, 0 differences)``, and what it ignored on the next; a failing
+    plan under ``check`` gets its whole text report instead."""
+    codes = ", ".join(report.errors)
+    line = f"  {plan}: {report.verdict.upper()} ({report.summary})"
+    ignored = f"      {report.ignored}\n" if report.ignored else ""
+    return line + (f" {codes}\n" if codes else "\n") + ignored
+
+
+def render_check(result: CheckResult) -> str:
+    out = []
+    for run in result.runs:
+        out.append(f"== {run.check.name} ({run.check.model}) ==\n")
+        if run.error is not None:
+            out.append(f"error: {run.error}\n")
+        for plan, report in run.reports.items():
+            if result.command == "lock" or report.verdict == Verdict.PASS:
+                out.append(_plan_line(plan, report))
+            else:
+                out.append(f"-- {plan} --\n{report.text}")
+    if result.diff is not None:
+        out.append(f"== lock: {counted(len(result.diff.changes), 'change')} ==\n")
+        lines = [line for c in result.diff.changes for line in _change_lines(c)]
+        out.append("\n".join(lines or ["  no change"]) + "\n")
+    if result.update and result.diff is not None and result.diff.exit_code:
+        out.append("(--update: the lock now records these changes)\n")
+    return "".join(out) + _check_summary(result)

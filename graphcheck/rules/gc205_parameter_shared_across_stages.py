@@ -32,8 +32,8 @@ import torch
 from torch.export.graph_signature import InputKind
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import Diagnostic
+from graphcheck.results.values import Role
 
 __all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
 

@@ -53,9 +53,9 @@ from torch.utils._pytree import TreeSpec, tree_flatten
 from graphcheck.analysis.fx import is_view_node, op_name
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import GLUE, Region, RegionKind
-from graphcheck.analysis.taint import Role
 from graphcheck.diagnostics import normalize_fqn
 from graphcheck.model.values import TensorValue, tensor_value
+from graphcheck.results.values import Role
 
 __all__ = [
     "NodeRecord",

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch.fx
 
-from graphcheck.analysis.plan import StagePlan
 from graphcheck.analysis.program import Program
 from graphcheck.cache.key import dependencies, digest, file_digest, unchanged
 from graphcheck.errors import ExportError, GraphcheckError, UsageError, reworded
 from graphcheck.kernels import patched
 from graphcheck.model.session import Session, portable
+from graphcheck.planning.plan import StagePlan
 from graphcheck.stages.build import StageProgram, StageRequest, build_stage, build_stage_fresh
 from graphcheck.stages.builders import BUILTINS, PIPELINE_AWARE, StageBuilder, resolve_builder
 from graphcheck.stages.compare import Mismatch, compare_stage

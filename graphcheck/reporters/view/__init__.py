@@ -1,10 +1,10 @@
 """The cut explorer's view: one JSON document and one script that draws it.
 
 :func:`document` reads everything the view shows from an explorer (an
-:class:`graphcheck.api.Explorer`, or anything with its ``map``, ``costs``,
-``program`` and ``session``): each boundary 0..L with its verdict, rule codes and
+:class:`graphcheck.api.Explorer`, or anything with its ``map``, ``costs`` and
+``layer_kinds``: plain data, no program): each boundary 0..L with its verdict, rule codes and
 crossing set (with the model source line of each value), each layer's kind label
-(:mod:`graphcheck.reporters.view.kinds`) and cost, and the best balanced legal plan
+(:mod:`graphcheck.analysis.kinds`) and cost, and the best balanced legal plan
 (and the best plan that ignores legality) for each stage count the page offers.
 
 ``cut_map.js`` (vanilla JavaScript, no build step, no network) exports
@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from graphcheck._version import __version__
-from graphcheck.analysis.balance import Balance, balance
-from graphcheck.analysis.cost import DOC_LENGTH
-from graphcheck.diagnostics import source_line
-from graphcheck.reporters.view.kinds import layer_kinds
+from graphcheck.planning.balance import Balance, balance
+from graphcheck.planning.cost import DOC_LENGTH
 
 __all__ = ["MAX_OFFERED", "CutView", "document", "page", "script", "style"]
 
@@ -88,7 +86,7 @@ def document(
         "doc_length": costs.doc_length,
         "whole_program": whole,
         "boundaries": [_boundary(c, legal, costs) for c in cut_map.cuts],
-        "layers": _layers(explorer.program, costs, layers),
+        "layers": _layers(explorer.layer_kinds(), costs, layers),
         "first": first,
         "last": last,
         "stages": shown,
@@ -98,7 +96,7 @@ def document(
     }
 
 
-def _layers(program, costs, values: list[float]) -> list[dict]:
+def _layers(kinds, costs, values: list[float]) -> list[dict]:
     """Each layer: its index, the cost planned on, its kind label, bytes and FLOPs."""
     return [
         {
@@ -108,7 +106,7 @@ def _layers(program, costs, values: list[float]) -> list[dict]:
             "params": costs.layers[i].param_bytes,
             "flops": costs.layers[i].flops_per_token,
         }
-        for i, kind in enumerate(layer_kinds(program))
+        for i, kind in enumerate(kinds)
     ]
 
 
@@ -123,7 +121,7 @@ def _boundary(cut, legal: set[int], costs) -> dict:
         "legal": cut.position in legal,
         "codes": sorted(set(cut.codes)),
         "bytes_per_token": per_token[cut.position] if cut.position < len(per_token) else None,
-        "crossing": [c.as_dict() | {"source": source_line(c.node)} for c in cut.crossing],
+        "crossing": [c.as_dict() | {"source": c.source} for c in cut.crossing],
     }
 
 

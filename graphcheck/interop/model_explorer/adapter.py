@@ -17,7 +17,7 @@ adapter writes a single tensor's (``torch.bfloat16[1, "s0", 64]``), a scalar's a
 ``SymInt[]`` with its value next to it.
 
 :func:`open_overlay` starts Model Explorer on the graph with every node-data file of
-the overlay (``python -m graphcheck.reporters.model_explorer DIR``).
+the overlay (``python -m graphcheck.interop.model_explorer DIR``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import os
 import torch
 
 from graphcheck.errors import AnalysisError, UsageError
-from graphcheck.reporters.model_explorer import GRAPH_ID, OverlayFile
+from graphcheck.interop.model_explorer import GRAPH_ID, OverlayFile
 
 __all__ = ["adapter_graphs", "load_program", "open_overlay", "require"]
 

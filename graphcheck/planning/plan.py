@@ -3,9 +3,9 @@
 ``--cuts 4,8`` puts stage boundaries before layer 4 and before layer 8 (three
 stages). A cut ranges over 0..L: cut 0 leaves an embedding-only first stage,
 cut L a norm+head-only last stage; an empty middle stage is not allowed. Plans
-are built from arguments, and validated, by the rule they can break:
-:mod:`graphcheck.rules.gc101_stage_plan_invalid` (``plan_from_cuts``,
-``plan_from_stages``, ``parse_cuts``).
+are built from arguments, and validated, by the plan language:
+:mod:`graphcheck.planning.syntax` (``plan_from_cuts``, ``plan_from_stages``,
+``parse_cuts``).
 
 >>> plan = StagePlan((4, 8), 12)
 >>> [s.layers for s in plan.stages], plan.stage_of(7), plan.stage_of(-1), plan.stage_of(12)
