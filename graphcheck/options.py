@@ -4,11 +4,14 @@ type, default and help.
 The command line (:func:`add_arguments`), the configuration's check keys
 (:data:`MODEL_KEYS`, :func:`config_value`), the API keywords a command passes on
 (:func:`from_args`) and the reference table in the README (:func:`reference_markdown`)
-are all generated from :data:`OPTIONS`; adding an option is one :class:`Option` here
-and its use.
+and the API's keyword parameters (:class:`ModelOptions`, what a session is built with and
+what a fresh process rebuilds it from) are all generated from :data:`OPTIONS`; adding an
+option is one :class:`Option` here and its use.
 
 >>> find("set").flag, find("set").keyword
 ('--set', 'settings')
+>>> ModelOptions.of(settings={"num_hidden_layers": 2}).settings, ModelOptions().stand_ins
+({'num_hidden_layers': 2}, True)
 >>> [o.key for o in OPTIONS if o.group is Group.BATCH]
 ['docs', 'tokens', 'token_multiple']
 """
@@ -16,9 +19,10 @@ and its use.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -29,6 +33,7 @@ __all__ = [
     "OPTIONS",
     "Form",
     "Group",
+    "ModelOptions",
     "Option",
     "add_arguments",
     "config_value",
@@ -127,10 +132,10 @@ def _file(value, folder: Path, where: str) -> str:
 
 
 def _settings(values: list[str]) -> dict:
-    """``--set KEY=VALUE`` flags as the API's settings."""
+    """``--set KEY=VALUE`` flags as the API's settings (``None``: none given)."""
     from graphcheck.model.hf import parse_settings
 
-    return parse_settings(values)
+    return parse_settings(values) or None
 
 
 def _docs_flag(text: str | None) -> int | tuple[int, ...] | None:
@@ -172,11 +177,30 @@ class Option:
     default: object = None
     cli: Callable | None = None
     parse: Callable | None = None  # the parsed flag's value -> the API's
+    annotation: str = ""  # the API keyword's type (default: from the form)
 
     @property
     def keyword(self) -> str:
         """The API keyword (``verify(model, settings=...)``)."""
         return self.api or self.key
+
+    @property
+    def api_default(self):
+        """The API keyword's default: what the command line gives when the flag is absent."""
+        if self.parse is not None:  # the API takes the parsed value, absent: the default
+            return self.default
+        defaults = {Form.SWITCH: False, Form.NEGATION: True, Form.LIST: ()}
+        return defaults.get(self.form, self.default)
+
+    @property
+    def api_type(self) -> str:
+        """The API keyword's type, as an annotation."""
+        forms = {Form.SWITCH: "bool", Form.NEGATION: "bool", Form.LIST: "Sequence[str]"}
+        return (
+            self.annotation
+            or forms.get(self.form)
+            or ("Sequence[str] | None" if self.form is Form.SPLIT else "str | None")
+        )
 
     def add_to(self, group) -> None:
         """Add the flag to an argparse parser or group."""
@@ -200,7 +224,9 @@ class Option:
         value = getattr(args, self.keyword)
         if self.form is Form.SPLIT:
             return [part for part in value.split(",") if part] if value else None
-        return self.parse(value) if self.parse is not None else value
+        if self.parse is not None:
+            return self.parse(value)
+        return tuple(value) if self.form is Form.LIST else value
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -213,7 +239,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("boundary_state", "--boundary-state", Group.LAYOUT,
            "the state each cut carries when it is not the residual ([1, T, H] or [T, H]): "
            '\'{"rank": 4, "dtype": "bfloat16", "shape_suffix": [4, 64], "state": "NAME"}\'',
-           of(str, dict, what="a JSON string or a table"), metavar="JSON"),
+           of(str, dict, what="a JSON string or a table"), metavar="JSON",
+           annotation="str | Mapping | BoundaryState | None"),
     Option("strict", "--strict", Group.MODEL, "export with strict=True", _BOOL, Form.SWITCH),
     Option("allow_fp32", "--allow-fp32", Group.MODEL,
            "parameters allowed to stay fp32 (added to *.A_log, *.dt_bias)", _strings,
@@ -221,7 +248,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("set", "--set", Group.MODEL,
            "override a config key of an hf: model (VALUE parsed as JSON if it parses)",
            of(dict, what="a table of config keys, e.g. { num_hidden_layers = 4 }"),
-           Form.LIST, api="settings", metavar="KEY=VALUE", parse=_settings),
+           Form.LIST, api="settings", metavar="KEY=VALUE", parse=_settings,
+           annotation="Mapping[str, object] | None"),
     Option("kernels", "--kernels", Group.MODEL, "kernel stand-ins: a file with STAND_INS",
            _file, metavar="FILE.py"),
     Option("stand_ins", "--no-stand-ins", Group.MODEL,
@@ -230,11 +258,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("dtype", "--dtype", Group.MODEL,
            "the default dtype the factory runs under: bfloat16 (default), or float32 (the "
            "model's own), then cast to bf16 but for its declared fp32 carve-outs",
-           _choice(*_DTYPES), choices=_DTYPES, default="bfloat16"),
+           _choice(*_DTYPES), choices=_DTYPES, default="bfloat16", annotation="str"),
     Option("mode", "--mode", Group.MODEL,
            "the program to prove and run: model.train(), what pipeline-parallel training "
            "runs (default), or model.eval()",
-           _choice(*_MODES), api="program_mode", choices=_MODES, default="train"),
+           _choice(*_MODES), api="program_mode", choices=_MODES, default="train",
+           annotation="str"),
     Option("token_local", "--token-local", Group.MODEL,
            "declare a custom op token-local (each token's rows read only its own rows); "
            "held to it by executing the op (as a kernels file's TOKEN_LOCAL)", _strings,
@@ -249,15 +278,49 @@ OPTIONS: tuple[Option, ...] = (
            of(str, what="an input convention name, e.g. torchtitan"), metavar="NAME"),
     Option("docs", "--docs", Group.BATCH,
            "documents: a count (split over --tokens) or their lengths (default 7,12,10)",
-           _docs, metavar="N|N,N[,N]", parse=_docs_flag),
+           _docs, metavar="N|N,N[,N]", parse=_docs_flag,
+           annotation="int | Sequence[int] | None"),
     Option("tokens", "--tokens", Group.BATCH, "tokens in the batch (T)",
-           of(int, what="an integer"), metavar="T", cli=int),
+           of(int, what="an integer"), metavar="T", cli=int, annotation="int | None"),
     Option("token_multiple", "--token-multiple", Group.BATCH,
            "export T as a multiple of K: prove for every T that is one",
-           of(int, what="an integer"), metavar="K", cli=int),
+           of(int, what="an integer"), metavar="K", cli=int, annotation="int | None"),
 )  # fmt: skip
 
 MODEL_KEYS: tuple[str, ...] = tuple(sorted(o.key for o in OPTIONS))
+
+
+def _of(cls, **keywords):
+    """The options of ``keywords`` (API keywords), the others at their defaults; an
+    unknown keyword is a :class:`UsageError` naming the nearest one."""
+    known = [f for f in cls.__dataclass_fields__]
+    for name in keywords:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, 1)
+            hint = f"; did you mean {near[0]}?" if near else f"; the options are {', '.join(known)}"
+            raise UsageError(f"unknown model option {name!r}{hint}")
+    return cls(**keywords)
+
+
+def _keywords(self) -> dict:
+    """The options as API keywords (``Session(model, **options.keywords())``)."""
+    return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+# The model options as one value: a field per option (its API keyword, type and default),
+# generated from OPTIONS. A session is built from it and a fresh process rebuilds the model
+# from it (gate.runner.Recipe, stages.build.StageRequest): no record spells the options.
+ModelOptions = make_dataclass(
+    "ModelOptions",
+    [(o.keyword, o.api_type, field(default=o.api_default)) for o in OPTIONS],
+    frozen=True,
+    namespace={
+        "__doc__": "Every model option, one field each (generated from :data:`OPTIONS`).",
+        "of": classmethod(_of),
+        "keywords": _keywords,
+        "__module__": __name__,  # pickles by name: a fresh process reads it back
+    },
+)
 
 
 def find(key: str) -> Option:

@@ -3,6 +3,7 @@ configuration keys, the API keywords and the README's table all come from it."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_every_option_is_a_flag_of_verify_and_map_with_its_api_keyword():
         parsed = options.from_args(args, *Group)
         assert set(parsed) == {o.keyword for o in OPTIONS}
         assert parsed["stand_ins"] is True and parsed["program_mode"] == "train"
-        assert parsed["settings"] == {} and parsed["docs"] is None
+        assert parsed["settings"] is None and parsed["docs"] is None
 
 
 def test_a_flag_given_reaches_its_api_keyword():
@@ -50,12 +51,44 @@ def test_a_flag_given_reaches_its_api_keyword():
     assert parsed["settings"] == {"num_hidden_layers": 2}
     assert parsed["inputs"] == ["a", "b"] and parsed["docs"] == (3, 4)
     assert parsed["stand_ins"] is False and parsed["program_mode"] == "eval"
-    assert parsed["token_local_ops"] == ["ns::op"] and parsed["tokens"] == 7
+    assert parsed["token_local_ops"] == ("ns::op",) and parsed["tokens"] == 7
 
 
-def test_every_api_keyword_is_a_parameter_of_the_session():
-    accepted = set(inspect.signature(Session.__init__).parameters)
-    assert {o.keyword for o in OPTIONS} <= accepted
+def test_the_api_keywords_are_the_fields_of_model_options_with_their_defaults():
+    fields = inspect.signature(options.ModelOptions).parameters
+    assert list(fields) == [o.keyword for o in OPTIONS]
+    parser = build_parser()
+    args = parser.parse_args(["verify", "m.py:f"])
+    absent = options.from_args(args, *options.Group)
+    assert absent == options.ModelOptions().keywords()
+
+
+def test_a_session_takes_model_options_or_their_keywords():
+    given = options.ModelOptions.of(docs=(5, 6), program_mode="eval")
+    by_value = Session("fixtures/reference.py:reference", given)
+    by_keywords = Session("fixtures/reference.py:reference", docs=(5, 6), program_mode="eval")
+    assert by_value.options == by_keywords.options == given
+    assert by_value.batch == by_keywords.batch and str(by_value.program_mode) == "eval"
+
+
+def test_an_unknown_api_keyword_names_the_nearest_option():
+    with pytest.raises(UsageError, match="unknown model option 'setings'; did you mean settings"):
+        Session("fixtures/reference.py:reference", setings={"a": 1})
+
+
+def test_a_fresh_process_rebuilds_from_the_options_alone():
+    """The records a fresh process rebuilds the model from hold the options, not a copy
+    of each: adding an option changes neither."""
+    from graphcheck.gate.runner import Recipe
+    from graphcheck.stages.build import StageRequest
+
+    keywords = {o.keyword for o in OPTIONS} - {"layers"}  # StageRequest.layers: the stage's
+    for record in (Recipe, StageRequest):
+        names = {f.name for f in dataclasses.fields(record)}
+        assert "options" in names and not names & keywords, record
+    session = Session("fixtures/reference.py:reference", kernels="fixtures/kernels/example.py")
+    rebuilt = session.rebuild_options()
+    assert Path(rebuilt.kernels).is_absolute() and rebuilt.inputs_from == "transformers"
 
 
 def test_every_option_is_a_configuration_key_read_into_its_api_keyword(tmp_path: Path):

@@ -50,13 +50,14 @@ from graphcheck.gate.exact import Probe, gradient_check, isolation_check
 from graphcheck.gate.messages import one_line
 from graphcheck.gate.output import Compared, returned_tensor, wire_tensor
 from graphcheck.gate.tensors import check_initialised, initialise, restore, tensors_of
-from graphcheck.kernels import BUILTIN, load_kernels, patched
+from graphcheck.kernels import patched
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.model.conventions import call, detect
 from graphcheck.model.dtype import DtypePlan
-from graphcheck.model.hf import hf_factory, is_hf_spec
 from graphcheck.model.layout import Layout
-from graphcheck.model.load import default_dtype, in_program_mode, resolve_factory
+from graphcheck.model.load import default_dtype, in_program_mode
+from graphcheck.model.session import factory_of, stand_ins_of
+from graphcheck.options import ModelOptions
 from graphcheck.results.gate import IsolationCheck
 from graphcheck.stages.build import stage_layout
 from graphcheck.stages.builders import call_builder, resolve_builder
@@ -91,13 +92,9 @@ class Recipe:
     spec: str | None  # file.py:fn, pkg.mod:fn or hf:...; None: ``module_file``
     layout: Layout
     seed: int = 0
-    settings: dict = field(default_factory=dict)
-    stand_ins: bool = True
-    kernels: str | None = None
+    options: ModelOptions = field(default_factory=ModelOptions)  # Session.rebuild_options
     module_file: str | None = None  # a model given as an object, saved whole
     builder: str | Callable | None = None  # builtin name, file.py:fn or a function
-    program_mode: str = "train"  # the proof's: model.train() or model.eval()
-    inputs_from: str | None = None  # the model's input convention (graphcheck.model.conventions)
     compared: Compared = field(default_factory=Compared)  # returned, --head or --output-fqn
     dtype_plan: DtypePlan = field(default_factory=DtypePlan)  # --dtype: build dtype, fp32 kept
     init: str | None = None  # the init method called after the factory (gate.tensors)
@@ -155,17 +152,14 @@ def build_model(recipe: Recipe) -> nn.Module:
     if recipe.module_file is not None:
         model = torch.load(recipe.module_file, weights_only=False)
         check_initialised(model, recipe.init)
-        return in_program_mode(model, recipe.program_mode)
-    if is_hf_spec(recipe.spec):
-        factory = hf_factory(recipe.spec, recipe.settings)
-    else:
-        factory = resolve_factory(recipe.spec)
+        return in_program_mode(model, recipe.options.program_mode)
+    factory = factory_of(recipe.spec, recipe.options)
     with torch.random.fork_rng(devices=[]), default_dtype(recipe.dtype_plan.dtype.torch):
         torch.manual_seed(recipe.seed)
         model = _built(factory)
         initialise(model, recipe.init)
     check_initialised(model, recipe.init)
-    return in_program_mode(recipe.dtype_plan.apply(model), recipe.program_mode)
+    return in_program_mode(recipe.dtype_plan.apply(model), recipe.options.program_mode)
 
 
 def _built(factory: Callable[[], nn.Module]) -> nn.Module:
@@ -174,13 +168,6 @@ def _built(factory: Callable[[], nn.Module]) -> nn.Module:
     except Exception as err:
         name = getattr(factory, "__name__", "factory")
         raise _Failed("error", f"factory {name}() raised {type(err).__name__}: {err}") from err
-
-
-def _stand_ins(recipe: Recipe) -> tuple:
-    return (
-        *(BUILTIN if recipe.stand_ins else ()),
-        *(load_kernels(recipe.kernels) if recipe.kernels else ()),
-    )
 
 
 def _call(fn, what: str):
@@ -235,7 +222,7 @@ def _exact_isolation(model: nn.Module, batch: PackedBatch, state: dict, recipe: 
     """The exact isolation tests (:mod:`graphcheck.gate.exact`) from ``state``, the
     weights and buffers the packed run started from (a model that writes its buffers in
     place must not see its own earlier runs); with ``train`` the gradient tests too."""
-    forward = lambda b: _forward(model, b, recipe.compared, recipe.inputs_from)  # noqa: E731
+    forward = lambda b: _forward(model, b, recipe.compared, recipe.options.inputs_from)  # noqa: E731
     probe = Probe(model, forward, recipe.layout, state, recipe.seed, recipe.batched)
     with torch.no_grad():
         check = _call(lambda: isolation_check(probe, batch), "the model")
@@ -267,20 +254,23 @@ def run_uncut(recipe: Recipe, batch: PackedBatch, workdir: str, train: bool = Fa
     torch.save(tensors_of(model, persistent=True), checkpoint)
     state = tensors_of(model)
     compared = recipe.compared
-    with cpu_kernels(), patched(model, _stand_ins(recipe)):
+    with cpu_kernels(), patched(model, stand_ins_of(recipe.options)):
         with torch.no_grad():
             returned, logits = _call(
-                lambda: _outputs(model, batch, compared, recipe.inputs_from), "the model"
+                lambda: _outputs(model, batch, compared, recipe.options.inputs_from), "the model"
             )
         isolation = _exact_isolation(model, batch, state, recipe, train)
         result = {"logits": logits, "returned": returned, "isolation": isolation}
         result["checkpoint"] = checkpoint
         if train:
-            out = _call(lambda: _forward(model, batch, compared, recipe.inputs_from), "the model")
+            out = _call(
+                lambda: _forward(model, batch, compared, recipe.options.inputs_from), "the model"
+            )
             _call(lambda: _sgd_step(model, loss_of(out, recipe.seed)), "the model's backward")
             with torch.no_grad():
                 result["after"] = _call(
-                    lambda: _forward(model, batch, compared, recipe.inputs_from), "the model"
+                    lambda: _forward(model, batch, compared, recipe.options.inputs_from),
+                    "the model",
                 )
             result["params"] = _named_params(model)
     return result
@@ -327,7 +317,7 @@ def build_stage(recipe: Recipe, index: int, layers: list[int], num_stages: int):
     except GraphcheckError as err:
         raise _Failed("error", f"stage {index}: {err}") from err
     plan.apply(module, lambda name: names.get(name, name))  # what a builder made, cast the same
-    return in_program_mode(module, recipe.program_mode), names
+    return in_program_mode(module, recipe.options.program_mode), names
 
 
 def _own_layout(
@@ -400,7 +390,7 @@ def run_stage(recipe: Recipe, batch: PackedBatch, job: dict) -> dict:
     load_weights(module, names, torch.load(job["checkpoint"], weights_only=True), index)
     x = batch.input_ids if job["wire"] is None else job["wire"]
     what = f"stage {index}"
-    with cpu_kernels(), patched(module, _stand_ins(recipe)):
+    with cpu_kernels(), patched(module, stand_ins_of(recipe.options)):
         if job["grad"] is None:
             with torch.no_grad():
                 out = _call(lambda: _stage_forward(module, x, batch, recipe, job), what)

@@ -20,6 +20,7 @@ refused with one line that says to pass the factory or cast the module
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import functools
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ from graphcheck.model.load import (
     resolve_factory,
 )
 from graphcheck.model.spec import check_globs, check_spec, is_hf_spec
+from graphcheck.options import ModelOptions
 from graphcheck.varlen import example_batch
 
 __all__ = [
@@ -59,7 +61,9 @@ __all__ = [
     "check_globs",
     "check_module_dtype",
     "check_spec",
+    "factory_of",
     "portable",
+    "stand_ins_of",
 ]
 
 ModelArg = str | Callable[[], nn.Module] | nn.Module
@@ -78,61 +82,48 @@ class Session:
     ``inputs_from`` (``--inputs-from``) names the input convention its forward follows
     (:mod:`graphcheck.model.conventions`; default: detected from its signature)."""
 
-    def __init__(
-        self,
-        model: ModelArg,
-        *,
-        layers: str | None = None,
-        inputs: Sequence[str] | None = None,
-        outputs: Sequence[str] | None = None,
-        strict: bool = False,
-        settings: Mapping[str, object] | None = None,
-        kernels: str | None = None,
-        stand_ins: bool = True,
-        docs: int | Sequence[int] | None = None,
-        tokens: int | None = None,
-        token_multiple: int | None = None,
-        program_mode: ProgramMode | str = ProgramMode.TRAIN,
-        boundary_state: str | Mapping | BoundaryState | None = None,
-        dtype: BuildDtype | str = BuildDtype.BFLOAT16,
-        allow_fp32: Sequence[str] = (),
-        inputs_from: str | None = None,
-        backward: bool = False,
-        token_local_ops: Sequence[str] = (),
-    ) -> None:
-        self.batch = example_batch(docs, tokens, token_multiple)  # before building anything
-        self.dtype, self.allow_fp32 = build_dtype(dtype), check_globs(allow_fp32)
+    def __init__(self, model: ModelArg, options: ModelOptions | None = None, **keywords) -> None:
+        """``model`` built with ``options``, or with ``keywords`` (the fields of
+        :class:`~graphcheck.options.ModelOptions`, each an option's API keyword)."""
+        o = self.options = options if options is not None else ModelOptions.of(**keywords)
+        self.batch = example_batch(o.docs, o.tokens, o.token_multiple)  # before any build
+        self.dtype, self.allow_fp32 = build_dtype(o.dtype), check_globs(o.allow_fp32)
         self.dtype_plan = DtypePlan()  # what the build cast and kept (--dtype float32)
-        self.program_mode = as_program_mode(program_mode)  # the model's mode, every build
-        if backward and self.program_mode != ProgramMode.TRAIN:
+        self.program_mode = as_program_mode(o.program_mode)  # the model's mode, every build
+        if o.backward and self.program_mode != ProgramMode.TRAIN:
             raise UsageError("--backward proves the training step's backward: it needs "
                              "--mode train")  # fmt: skip
-        self.backward = backward  # prove the backward program too
-        declared = declared_token_local(token_local_ops)  # --token-local, config token_local
-        self.boundary_state = _state(boundary_state)
-        check_name(inputs_from)
+        self.backward = o.backward  # prove the backward program too
+        declared = declared_token_local(o.token_local_ops)  # --token-local, config token_local
+        self.boundary_state = _state(o.boundary_state)
+        check_name(o.inputs_from)
         check_spec(model)  # after the options, as the command line says a bad flag first
         self.mode = fake_mode()
-        self.strict = strict
-        self.settings = dict(settings or {})
+        self.strict = o.strict
+        self.settings = dict(o.settings or {})
         self.spec = model if isinstance(model, str) else None  # rebuildable in a fresh process
-        self.kernels, self.use_stand_ins = kernels, stand_ins
-        self.token_local = token_local(kernels) | declared  # kernels file's TOKEN_LOCAL too
-        self.stand_ins = (
-            *(BUILTIN if stand_ins else ()),
-            *(load_kernels(kernels) if kernels else ()),
-        )
+        self.token_local = token_local(o.kernels) | declared  # kernels file's TOKEN_LOCAL too
+        self.stand_ins = stand_ins_of(o)
         self.name, self.module = self._build(model)
         _check_no_cache(self.name, self.module)
         check_targets(self.module, self.stand_ins)  # a kernels file's targets, before export
-        self.convention = detect(self.module, inputs_from)  # how forward takes the batch
+        self.convention = detect(self.module, o.inputs_from)  # how forward takes the batch
         self.layout = detect_layout(
             self.module,
-            layers,
-            tuple(inputs) if inputs else None,
-            tuple(outputs) if outputs else None,
+            o.layers,
+            tuple(o.inputs) if o.inputs else None,
+            tuple(o.outputs) if o.outputs else None,
             self.boundary_state,
         )
+
+    def rebuild_options(self) -> ModelOptions:
+        """What a fresh process rebuilds this model from: the options as given, the
+        kernels file as an absolute path, the input convention as detected."""
+        kernels = str(Path(self.options.kernels).resolve()) if self.options.kernels else None
+        return dataclasses.replace(
+            self.options, kernels=kernels, inputs_from=self.convention.name,
+            program_mode=str(self.program_mode), settings=dict(self.settings),
+        )  # fmt: skip
 
     def _build(self, model: ModelArg) -> tuple[str, nn.Module]:
         if is_hf_spec(model):
@@ -155,6 +146,25 @@ class Session:
         build = functools.partial(build_fake, factory, self.mode, self.program_mode)
         module, self.dtype_plan = build_in(build, self.dtype, self.allow_fp32)
         return module
+
+
+def stand_ins_of(options: ModelOptions) -> tuple:
+    """The stand-ins a build with ``options`` patches in: the built-in ones unless
+    ``--no-stand-ins``, then a kernels file's."""
+    return (
+        *(BUILTIN if options.stand_ins else ()),
+        *(load_kernels(options.kernels) if options.kernels else ()),
+    )
+
+
+def factory_of(spec: str, options: ModelOptions) -> Callable[[], nn.Module]:
+    """The factory of a MODEL ``spec`` (an ``hf:`` spec with the options' ``--set``
+    keys), as a fresh process resolves it."""
+    return (
+        hf_factory(spec, dict(options.settings or {}))
+        if is_hf_spec(spec)
+        else resolve_factory(spec)
+    )
 
 
 def _check_no_cache(name: str, module: nn.Module) -> None:

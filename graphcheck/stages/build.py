@@ -53,6 +53,7 @@ from graphcheck.model.boundary import WireShape
 from graphcheck.model.layout import _LAYER_CANDIDATES, Layout, _layer_keys
 from graphcheck.model.load import default_dtype
 from graphcheck.model.values import shadow_values
+from graphcheck.options import ModelOptions
 from graphcheck.stages.builders import call_builder
 from graphcheck.stages.fingerprint import (
     NodeRecord,
@@ -108,12 +109,8 @@ class StageRequest:
     # the wire the stage takes, [1, T, H] or [T, H] (None or 0 on the first stage; a
     # width or suffix: the batched [1, T, ...])
     hidden: WireShape | int | tuple[int, ...] | None
-    strict: bool = False
-    settings: tuple[tuple[str, object], ...] = ()
-    kernels: str | None = None
-    stand_ins: bool = True
+    options: ModelOptions = field(default_factory=ModelOptions)  # Session.rebuild_options
     batch: ExampleBatch = field(default_factory=ExampleBatch)  # the uncut export's example
-    program_mode: str = "train"  # the uncut model's: model.train() or model.eval()
 
 
 def _mapping(container: nn.Module, prefix: str, layers: list[int]) -> tuple[dict, bool]:
@@ -146,28 +143,20 @@ def build_stage_fresh(request: StageRequest) -> StageProgram:
 
 
 def _build_fresh(request: StageRequest) -> StageProgram:
-    from graphcheck.kernels import BUILTIN, load_kernels, patched
-    from graphcheck.model.hf import hf_factory, is_hf_spec
-    from graphcheck.model.load import build_fake, fake_mode, resolve_factory
+    from graphcheck.kernels import patched
+    from graphcheck.model.load import build_fake, fake_mode
+    from graphcheck.model.session import factory_of, stand_ins_of
     from graphcheck.stages.builders import resolve_builder
 
-    mode = fake_mode()
-    spec = request.model
-    factory = (
-        hf_factory(spec, dict(request.settings)) if is_hf_spec(spec) else resolve_factory(spec)
-    )
-    model = build_fake(factory, mode, request.program_mode)
-    stand_ins = (
-        *(BUILTIN if request.stand_ins else ()),
-        *(load_kernels(request.kernels) if request.kernels else ()),
-    )
+    mode, options = fake_mode(), request.options
+    model = build_fake(factory_of(request.model, options), mode, options.program_mode)
     builder = resolve_builder(request.builder, request.layout)
     _KEPT.append((model, mode))  # freed only when the process ends (see _KEPT)
-    with patched(model, stand_ins):
+    with patched(model, stand_ins_of(options)):
         return build_stage(
             model, request.layout, builder, mode, request.index, list(request.layers),
-            request.num_stages, request.hidden, request.strict, request.builder, request.batch,
-            request.program_mode,
+            request.num_stages, request.hidden, options.strict, request.builder, request.batch,
+            options.program_mode,
         )  # fmt: skip
 
 

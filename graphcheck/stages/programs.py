@@ -74,7 +74,7 @@ def _fresh_stages(
     session: Session, builder: str, spans: list[list[int]], widths: list, progress=None
 ):
     """Each stage built and exported in its own fresh process."""
-    kernels = str(Path(session.kernels).resolve()) if session.kernels else None
+    options = session.rebuild_options()
     requests = [
         StageRequest(
             portable(session.spec),
@@ -84,12 +84,8 @@ def _fresh_stages(
             tuple(layers),
             len(spans),
             widths[index],
-            session.strict,
-            tuple(session.settings.items()),
-            kernels,
-            session.use_stand_ins,
+            options,
             session.batch,
-            session.program_mode,
         )
         for index, layers in enumerate(spans)
     ]
