@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 
 import reference  # noqa: E402
 
-from graphcheck.planning.balance import balance, imbalance, stage_costs  # noqa: E402
 from graphcheck.api import Explorer  # noqa: E402
+from graphcheck.planning.balance import balance, imbalance, stage_costs  # noqa: E402
 
 
 def best(repeat: int, fn, *args) -> tuple[float, object]:
