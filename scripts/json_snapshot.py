@@ -1,14 +1,14 @@
 """Snapshot graphcheck's JSON on every fixture, and compare two snapshots.
 
 A move-and-split of the code must not change what users read: this script runs
-``graphcheck map`` and ``graphcheck verify --stages 2`` (plus a ``keep-index``
-stage-builder verify) with ``--format json``, and the verify once more as text, on
-every fixture factory, removes the timings, and writes one file per run. Two things
-vary from run to run whatever the code: the counter in FX's ``<eval_with_key>.N`` file names (how many
-graphs the process traced before) and the order of Python sets of strings some
-model code iterates (the hash seed): the counter is masked and the snapshot runs
-with ``PYTHONHASHSEED=0``. ``compare`` prints every file that differs and exits 1
-when any does.
+``graphcheck map`` and ``graphcheck verify --stages 2`` (plus a ``keep-index`` stage-
+builder verify) with ``--format json``, and the verify once more as text, on every
+fixture factory, removes the timings, and writes one file per run. Two things vary from
+run to run whatever the code: the counter in FX's ``<eval_with_key>.N`` file names (how
+many graphs the process traced before) and the order of Python sets of strings some
+model code iterates (the hash seed): the counter is masked and the snapshot runs with
+``PYTHONHASHSEED=0``. ``compare`` prints every file that differs and exits 1 when any
+does.
 
     .venv/bin/python scripts/json_snapshot.py snapshot [--hf] OUT_DIR [fixture ...]
     .venv/bin/python scripts/json_snapshot.py compare OLD_DIR NEW_DIR
