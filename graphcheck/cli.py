@@ -241,50 +241,20 @@ def _gate_parser(sub) -> None:
         metavar="NAME|FILE.py:FN",
         help="the modules each stage process builds (default keep-index; hf: models hf-slice)",
     )
-    gate.add_argument(
-        "--train", action="store_true", help="also one SGD step on both; compare parameters"
-    )
-    gate.add_argument(
-        "--in-process",
-        action="store_const",
-        const="graph",
-        default="processes",
-        dest="run_mode",
-        help="secondary mode: the exported graph partitioned by the proof, in this process",
-    )
     gate.add_argument("--seed", type=int, default=0, help="weights and tokens (default 0)")
-    gate.add_argument("--docs", metavar="N[,N]", help="document lengths (default 61,17,94,38,5,41)")
-    output = gate.add_mutually_exclusive_group()
-    output.add_argument(
-        "--head",
-        metavar="FQN",
-        help="compare the logits of this head module applied to the hidden states the "
-        "forward returns (e.g. lm_head)",
-    )
-    output.add_argument(
-        "--output-fqn", metavar="FQN", help="compare the output of this module (e.g. model.norm)"
-    )
-    gate.add_argument(
-        "--init",
-        metavar="METHOD",
-        help="the model's init method, called after the factory (default: the first of "
-        "init_weights, init_states, reset_parameters it has; none: no init)",
-    )
+    add_arguments(gate, Group.GATE)
     _layout_options(gate)
 
 
 def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
-    from graphcheck.gate.batch import parse_docs
     from graphcheck.gate.run import gate
     from graphcheck.planning.syntax import parse_cuts
     from graphcheck.report import headline, render
 
     cuts = parse_cuts(args.cuts) if args.cuts is not None else None
-    docs = parse_docs(args.docs)
     result = gate(
         args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
-        docs=docs, train=args.train, mode=args.run_mode, head=args.head,
-        output_fqn=args.output_fqn, init=args.init, **options,
+        **from_args(args, Group.GATE), **options,
     )  # fmt: skip
     return render(result, args.format), result.exit_code, headline(result)
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from graphcheck.errors import UsageError
 
 __all__ = [
+    "GATE_DOCS",
+    "MODEL_GROUPS",
     "MODEL_KEYS",
     "OPTIONS",
     "Form",
@@ -43,6 +45,7 @@ __all__ = [
     "from_args",
     "ints",
     "of",
+    "parse_docs",
     "reference_markdown",
 ]
 
@@ -53,6 +56,11 @@ class Group(StrEnum):
     LAYOUT = "layout (overrides get_pp_module_config and detection)"
     MODEL = "model building"
     BATCH = "example batch (what the export traces)"
+    GATE = "byte gate (graphcheck gate: real weights, executed)"
+
+
+# The groups a model is built and exported with: configuration keys and ModelOptions fields
+MODEL_GROUPS = (Group.LAYOUT, Group.MODEL, Group.BATCH)
 
 
 class Form(StrEnum):
@@ -151,6 +159,32 @@ def _docs_flag(text: str | None) -> int | tuple[int, ...] | None:
     return parts[0] if "," not in text else tuple(parts)
 
 
+def _run_mode(in_process: bool) -> str:
+    """``--in-process``: the gate's run mode (graphcheck.results.gate.RunMode)."""
+    return "graph" if in_process else "processes"
+
+
+GATE_DOCS = (61, 17, 94, 38, 5, 41)  # the gate's batch: T = 256 tokens in N = 6 documents
+
+
+def parse_docs(text: str | None) -> tuple[int, ...]:
+    """The gate's ``--docs``: ``"40,7,3"`` -> ``(40, 7, 3)`` (``None``: :data:`GATE_DOCS`);
+    raises :class:`UsageError` on anything else.
+
+    >>> parse_docs("40,7"), parse_docs(None)[:2]
+    ((40, 7), (61, 17))
+    """
+    if text is None:
+        return GATE_DOCS
+    try:
+        docs = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        docs = ()
+    if not docs or min(docs) < 1:
+        raise UsageError(f"--docs {text!r} is not a comma-separated list of positive lengths")
+    return docs
+
+
 _BOOL = of(bool, what="true or false")
 _DTYPES = ("bfloat16", "float32")
 _MODES = ("train", "eval")
@@ -178,6 +212,12 @@ class Option:
     cli: Callable | None = None
     parse: Callable | None = None  # the parsed flag's value -> the API's
     annotation: str = ""  # the API keyword's type (default: from the form)
+    exclusive: str = ""  # options sharing a name here are mutually exclusive flags
+
+    @property
+    def configurable(self) -> bool:
+        """Whether the project configuration takes it (a check key): the model options."""
+        return self.group in MODEL_GROUPS
 
     @property
     def keyword(self) -> str:
@@ -285,9 +325,28 @@ OPTIONS: tuple[Option, ...] = (
     Option("token_multiple", "--token-multiple", Group.BATCH,
            "export T as a multiple of K: prove for every T that is one",
            of(int, what="an integer"), metavar="K", cli=int, annotation="int | None"),
+    Option("train", "--train", Group.GATE,
+           "also one SGD step on both; compare parameters", _BOOL, Form.SWITCH),
+    Option("in_process", "--in-process", Group.GATE,
+           "secondary mode: the exported graph partitioned by the proof, in this process",
+           _BOOL, Form.SWITCH, api="mode", parse=_run_mode, annotation="str"),
+    Option("gate_docs", "--docs", Group.GATE, "document lengths (default 61,17,94,38,5,41)",
+           _docs, api="docs", metavar="N[,N]", parse=parse_docs,
+           annotation="Sequence[int]"),
+    Option("head", "--head", Group.GATE,
+           "compare the logits of this head module applied to the hidden states the "
+           "forward returns (e.g. lm_head)", of(str, what="a module path"), metavar="FQN",
+           exclusive="compared"),
+    Option("output_fqn", "--output-fqn", Group.GATE,
+           "compare the output of this module (e.g. model.norm)",
+           of(str, what="a module path"), metavar="FQN", exclusive="compared"),
+    Option("init", "--init", Group.GATE,
+           "the model's init method, called after the factory (default: the first of "
+           "init_weights, init_states, reset_parameters it has; none: no init)",
+           of(str, what="a method name"), metavar="METHOD"),
 )  # fmt: skip
 
-MODEL_KEYS: tuple[str, ...] = tuple(sorted(o.key for o in OPTIONS))
+MODEL_KEYS: tuple[str, ...] = tuple(sorted(o.key for o in OPTIONS if o.configurable))
 
 
 def _of(cls, **keywords):
@@ -312,7 +371,7 @@ def _keywords(self) -> dict:
 # from it (gate.runner.Recipe, stages.build.StageRequest): no record spells the options.
 ModelOptions = make_dataclass(
     "ModelOptions",
-    [(o.keyword, o.api_type, field(default=o.api_default)) for o in OPTIONS],
+    [(o.keyword, o.api_type, field(default=o.api_default)) for o in OPTIONS if o.configurable],
     frozen=True,
     namespace={
         "__doc__": "Every model option, one field each (generated from :data:`OPTIONS`).",
@@ -329,12 +388,17 @@ def find(key: str) -> Option:
 
 
 def add_arguments(parser: argparse.ArgumentParser, *groups: Group) -> None:
-    """The flags of ``groups``, each group under its title."""
+    """The flags of ``groups``, each group under its title (options that share an
+    ``exclusive`` name in one mutually exclusive group of it)."""
     for group in groups:
         section = parser.add_argument_group(str(group))
+        exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
         for option in OPTIONS:
-            if option.group is group:
-                option.add_to(section)
+            if option.group is not group:
+                continue
+            if option.exclusive and option.exclusive not in exclusive:
+                exclusive[option.exclusive] = section.add_mutually_exclusive_group()
+            option.add_to(exclusive.get(option.exclusive, section))
 
 
 def from_args(args: argparse.Namespace, *groups: Group) -> dict:
@@ -350,15 +414,17 @@ def config_value(key: str, value, folder: Path, where: str):
 
 
 def reference_markdown() -> str:
-    """The README's table of model options: flag, configuration key, API keyword, help."""
+    """The README's table of the options: flag, configuration key (the model options'),
+    API keyword, help."""
     lines = [
         "| flag | configuration key | API keyword | what it does |",
         "|---|---|---|---|",
     ]
     for option in OPTIONS:
+        key = f"`{option.key}`" if option.configurable else "-"
         flag = option.flag + (f" {option.metavar}" if option.metavar else "")
         if option.choices:
             flag += " {" + ",".join(option.choices) + "}"
         flag, text = flag.replace("|", "\\|"), option.help.replace("|", "\\|")
-        lines.append(f"| `{flag}` | `{option.key}` | `{option.keyword}` | {text} |")
+        lines.append(f"| `{flag}` | {key} | `{option.keyword}` | {text} |")
     return "\n".join(lines) + "\n"

@@ -33,12 +33,15 @@ def test_the_cli_reference_page_is_the_parser():
     assert "| `--backward` |" in page and "## `graphcheck gate`" in page
 
 
-def test_every_option_is_a_flag_of_verify_and_map_with_its_api_keyword():
+MODEL = [o for o in OPTIONS if o.configurable]
+
+
+def test_every_model_option_is_a_flag_of_verify_and_map_with_its_api_keyword():
     parser = build_parser()
     for command in ("verify", "map"):
         args = parser.parse_args([command, "m.py:f"])
-        parsed = options.from_args(args, *Group)
-        assert set(parsed) == {o.keyword for o in OPTIONS}
+        parsed = options.from_args(args, *options.MODEL_GROUPS)
+        assert set(parsed) == {o.keyword for o in MODEL}
         assert parsed["stand_ins"] is True and parsed["program_mode"] == "train"
         assert parsed["settings"] is None and parsed["docs"] is None
 
@@ -47,7 +50,7 @@ def test_a_flag_given_reaches_its_api_keyword():
     argv = ["verify", "m.py:f", "--set", "num_hidden_layers=2", "--inputs", "a,b",
             "--docs", "3,4", "--no-stand-ins", "--mode", "eval", "--token-local", "ns::op",
             "--tokens", "7"]  # fmt: skip
-    parsed = options.from_args(build_parser().parse_args(argv), *Group)
+    parsed = options.from_args(build_parser().parse_args(argv), *options.MODEL_GROUPS)
     assert parsed["settings"] == {"num_hidden_layers": 2}
     assert parsed["inputs"] == ["a", "b"] and parsed["docs"] == (3, 4)
     assert parsed["stand_ins"] is False and parsed["program_mode"] == "eval"
@@ -56,10 +59,10 @@ def test_a_flag_given_reaches_its_api_keyword():
 
 def test_the_api_keywords_are_the_fields_of_model_options_with_their_defaults():
     fields = inspect.signature(options.ModelOptions).parameters
-    assert list(fields) == [o.keyword for o in OPTIONS]
+    assert list(fields) == [o.keyword for o in MODEL]
     parser = build_parser()
     args = parser.parse_args(["verify", "m.py:f"])
-    absent = options.from_args(args, *options.Group)
+    absent = options.from_args(args, *options.MODEL_GROUPS)
     assert absent == options.ModelOptions().keywords()
 
 
@@ -82,7 +85,7 @@ def test_a_fresh_process_rebuilds_from_the_options_alone():
     from graphcheck.gate.runner import Recipe
     from graphcheck.stages.build import StageRequest
 
-    keywords = {o.keyword for o in OPTIONS} - {"layers"}  # StageRequest.layers: the stage's
+    keywords = {o.keyword for o in MODEL} - {"layers"}  # StageRequest.layers: the stage's
     for record in (Recipe, StageRequest):
         names = {f.name for f in dataclasses.fields(record)}
         assert "options" in names and not names & keywords, record
@@ -115,6 +118,22 @@ def test_a_bad_configuration_value_is_one_usage_error_naming_the_key(key, value,
     with pytest.raises(UsageError, match=said) as err:
         options.config_value(key, value, Path("."), "[[checks]] 1")
     assert f"[[checks]] 1: {key}" in str(err.value)
+
+
+def test_every_gate_option_is_a_flag_of_gate_and_a_keyword_of_the_gate_api():
+    from graphcheck.gate.run import gate
+
+    gate_options = [o for o in OPTIONS if o.group is Group.GATE]
+    argv = ["gate", "m.py:f", "--train", "--in-process", "--docs", "5,7", "--head", "lm_head"]
+    parsed = options.from_args(build_parser().parse_args(argv), Group.GATE)
+    assert set(parsed) == {o.keyword for o in gate_options}
+    assert set(parsed) <= set(inspect.signature(gate).parameters)
+    assert parsed["train"] is True and parsed["mode"] == "graph" and parsed["docs"] == (5, 7)
+    absent = options.from_args(build_parser().parse_args(["gate", "m.py:f"]), Group.GATE)
+    assert absent["mode"] == "processes" and absent["docs"] == options.GATE_DOCS
+    assert not {o.key for o in gate_options} & set(options.MODEL_KEYS)  # not configuration
+    with pytest.raises(UsageError, match="not allowed with"):  # --head or --output-fqn
+        build_parser().parse_args(["gate", "m.py:f", "--head", "a", "--output-fqn", "b"])
 
 
 def test_every_form_is_declared_by_some_option():

@@ -34,11 +34,12 @@ from dataclasses import dataclass
 import torch
 
 from graphcheck.errors import UsageError
+from graphcheck.options import GATE_DOCS, parse_docs
 from graphcheck.varlen import BY_NAME, Structure, VarlenInput
 
 __all__ = ["DEFAULT_DOCS", "PackedBatch", "parse_docs"]
 
-DEFAULT_DOCS = (61, 17, 94, 38, 5, 41)  # T = 256 tokens in N = 6 documents
+DEFAULT_DOCS = GATE_DOCS  # T = 256 tokens in N = 6 documents (declared with --docs)
 FILLER = 64  # the longest filler document of a shifted batch (positions stay small)
 
 
@@ -134,17 +135,3 @@ def _whole(tokens: int, tile: int) -> int:
 def _fillers(tokens: int) -> tuple[int, ...]:
     """Filler document lengths summing to ``tokens``, at most :data:`FILLER` each."""
     return (FILLER,) * (tokens // FILLER) + ((tokens % FILLER,) if tokens % FILLER else ())
-
-
-def parse_docs(text: str | None) -> tuple[int, ...]:
-    """``"40,7,3"`` -> ``(40, 7, 3)`` (``None``: :data:`DEFAULT_DOCS`); raises
-    :class:`UsageError` on anything else."""
-    if text is None:
-        return DEFAULT_DOCS
-    try:
-        docs = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        docs = ()
-    if not docs or min(docs) < 1:
-        raise UsageError(f"--docs {text!r} is not a comma-separated list of positive lengths")
-    return docs
