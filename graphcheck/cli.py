@@ -241,7 +241,6 @@ def _gate_parser(sub) -> None:
         metavar="NAME|FILE.py:FN",
         help="the modules each stage process builds (default keep-index; hf: models hf-slice)",
     )
-    gate.add_argument("--seed", type=int, default=0, help="weights and tokens (default 0)")
     add_arguments(gate, Group.GATE)
     _layout_options(gate)
 
@@ -253,7 +252,7 @@ def _gate(args: argparse.Namespace, options: dict) -> tuple[str, int, str]:
 
     cuts = parse_cuts(args.cuts) if args.cuts is not None else None
     result = gate(
-        args.model, cuts, args.stages, stage_builder=args.stage_builder, seed=args.seed,
+        args.model, cuts, args.stages, stage_builder=args.stage_builder,
         **from_args(args, Group.GATE), **options,
     )  # fmt: skip
     return render(result, args.format), result.exit_code, headline(result)

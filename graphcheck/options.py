@@ -325,6 +325,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("token_multiple", "--token-multiple", Group.BATCH,
            "export T as a multiple of K: prove for every T that is one",
            of(int, what="an integer"), metavar="K", cli=int, annotation="int | None"),
+    Option("seed", "--seed", Group.GATE, "weights and tokens (default 0)",
+           of(int, what="an integer"), metavar="N", cli=int, default=0, annotation="int"),
     Option("train", "--train", Group.GATE,
            "also one SGD step on both; compare parameters", _BOOL, Form.SWITCH),
     Option("in_process", "--in-process", Group.GATE,

@@ -124,13 +124,16 @@ def test_every_gate_option_is_a_flag_of_gate_and_a_keyword_of_the_gate_api():
     from graphcheck.gate.run import gate
 
     gate_options = [o for o in OPTIONS if o.group is Group.GATE]
-    argv = ["gate", "m.py:f", "--train", "--in-process", "--docs", "5,7", "--head", "lm_head"]
+    argv = ["gate", "m.py:f", "--train", "--in-process", "--docs", "5,7", "--head", "lm_head",
+            "--seed", "3"]  # fmt: skip
     parsed = options.from_args(build_parser().parse_args(argv), Group.GATE)
     assert set(parsed) == {o.keyword for o in gate_options}
     assert set(parsed) <= set(inspect.signature(gate).parameters)
     assert parsed["train"] is True and parsed["mode"] == "graph" and parsed["docs"] == (5, 7)
+    assert parsed["seed"] == 3
     absent = options.from_args(build_parser().parse_args(["gate", "m.py:f"]), Group.GATE)
     assert absent["mode"] == "processes" and absent["docs"] == options.GATE_DOCS
+    assert absent["seed"] == 0
     assert not {o.key for o in gate_options} & set(options.MODEL_KEYS)  # not configuration
     with pytest.raises(UsageError, match="not allowed with"):  # --head or --output-fqn
         build_parser().parse_args(["gate", "m.py:f", "--head", "a", "--output-fqn", "b"])
