@@ -59,6 +59,13 @@ def test_each_crossing_value_knows_the_model_line_that_makes_it():
     assert residual.source is not None and residual.source.startswith("fixtures/reference.py:")
 
 
+def test_a_crossing_values_node_is_its_name_and_the_old_spelling_warns():
+    (value, *_) = verify("reference:reference", (4,)).cut(4).crossing
+    assert isinstance(value.node, str) and value.node == value.as_dict()["node"]
+    with pytest.warns(DeprecationWarning, match="use value.node, not value.node.name"):
+        assert value.node.name == value.node
+
+
 def test_check_renders_in_the_formats_whose_reporters_say_so():
     assert list(CHECK_FORMATS) == [f for f in formats() if renders(f, "check")]
     assert [f for f in formats() if renders(f, "map")] == [

@@ -51,7 +51,7 @@ import torch.fx
 from graphcheck.analysis.dataflow import CutAnalysis
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import bind
-from graphcheck.analysis.opfacts import CONVOLUTION, MATMUL, SDPA_ATTENTION, VARLEN_ATTENTION
+from graphcheck.analysis.opfacts import Work, attention_window, work_of
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 from graphcheck.planning.cost import DOC_LENGTH, FIRST, LAST, Costs, LayerCost, keys_per_query
@@ -133,7 +133,8 @@ def _bytes(node: torch.fx.Node) -> int:
 
 def _count(part: LayerCost, node: torch.fx.Node, tokens: sympy.Expr | None, doc: int) -> None:
     name = op_name(node.target)
-    if name in VARLEN_ATTENTION or name in SDPA_ATTENTION or name.endswith("flex_attention"):
+    attends = {Work.VARLEN_ATTENTION, Work.SDPA_ATTENTION} & work_of(name)
+    if attends or name.endswith("flex_attention"):
         flops = _attention(node, name, doc)
         part.attention_flops_per_token += flops
         part.flops_per_token += flops
@@ -152,10 +153,11 @@ def _matmul_flops(node: torch.fx.Node, name: str) -> sympy.Expr | None:
     """The symbolic FLOPs of a matmul-like node (``None``: not one)."""
     args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
     out = node.meta.get("val")
-    if name in MATMUL and isinstance(out, torch.Tensor):
+    work = work_of(name)
+    if Work.MATMUL in work and isinstance(out, torch.Tensor):
         a = args[1] if name == "aten.addmm.default" else args[0]
         return 2 * _numel(out) * _dim(a.shape[-1])
-    if name in CONVOLUTION and isinstance(out, torch.Tensor):
+    if Work.CONVOLUTION in work and isinstance(out, torch.Tensor):
         return 2 * _numel(out) * _numel(args[1], skip=1)
     if name == "aten.einsum.default":
         return _einsum(args[0], args[1])
@@ -188,12 +190,7 @@ def _attention(node: torch.fx.Node, name: str, doc: int) -> float:
     bound = bind(node)
     vals = [v.meta.get("val") for v in node.all_input_nodes[:3]]
     q, _, v = vals
-    left, right = -1, 0  # causal within a document (SDPA, flex)
-    if name == "torch_attn._varlen_attn.default":
-        window = bound.get("window_size") or [-1, -1]
-        left, right = int(window[0]), 0 if bound.get("is_causal") else int(window[1])
-    elif name == "graphcheck.varlen_attention.default":
-        left, right = int(bound.get("window_left", -1)), 0 if bound.get("causal") else -1
+    left, right = attention_window(name, bound)
     heads = int(q.shape[-2] if q.dim() == 3 else q.shape[-3])  # [T, H, d] or [B, H, T, d]
     width = int(q.shape[-1]) + int(v.shape[-1])
     return 2 * heads * width * keys_per_query(doc, left, right)

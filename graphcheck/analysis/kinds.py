@@ -28,13 +28,7 @@ import torch.fx
 
 from graphcheck.analysis.fx import op_name
 from graphcheck.analysis.locality import bind
-from graphcheck.analysis.opfacts import (
-    LINEAR_ATTENTION,
-    MATMUL,
-    ROUTED,
-    SDPA_ATTENTION,
-    VARLEN_ATTENTION,
-)
+from graphcheck.analysis.opfacts import Work, attention_window, work_of
 from graphcheck.analysis.program import Program
 from graphcheck.analysis.regions import RegionKind
 
@@ -55,27 +49,25 @@ class LayerKind:
 
 def attention_label(name: str, bound: dict) -> str:
     """The label of one attention op ``name`` with bound arguments ``bound``."""
-    if name == "torch_attn._varlen_attn.default":
-        left = int((bound.get("window_size") or [-1, -1])[0])
-    elif name == "graphcheck.varlen_attention.default":
-        left = int(bound.get("window_left", -1))
-    else:
+    if Work.VARLEN_ATTENTION not in work_of(name):
         return "flex attention" if name.endswith("flex_attention") else "SDPA attention"
+    left, _ = attention_window(name, bound)
     return "full attention" if left < 0 else f"window {left + 1}"
 
 
 def _mixer(node: torch.fx.Node, name: str) -> str | None:
-    if name in VARLEN_ATTENTION:
+    work = work_of(name)
+    if Work.VARLEN_ATTENTION in work:
         return attention_label(name, bind(node))
-    if name in SDPA_ATTENTION or name.endswith("flex_attention"):
+    if Work.SDPA_ATTENTION in work or name.endswith("flex_attention"):
         return attention_label(name, {})
-    return "linear attention" if name in LINEAR_ATTENTION else None
+    return "linear attention" if Work.LINEAR_ATTENTION in work else None
 
 
 def _label(ops: list[tuple[torch.fx.Node, str]]) -> str:
     mixers = list(dict.fromkeys(m for node, name in ops if (m := _mixer(node, name))))
-    names = {name for _, name in ops}
-    mlp = "MoE" if names & ROUTED else "dense" if names & MATMUL else None
+    work = set().union(*(work_of(name) for _, name in ops))
+    mlp = "MoE" if Work.ROUTED in work else "dense" if Work.MATMUL in work else None
     return " · ".join(p for p in (" + ".join(mixers), mlp) if p) or "no ops"
 
 

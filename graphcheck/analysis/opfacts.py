@@ -1,39 +1,50 @@
-"""What kind of work an op is, in one place: the op sets the cost model
-(:mod:`graphcheck.analysis.cost`) counts and the cut explorer's layer kinds
-(:mod:`graphcheck.analysis.kinds`) label, keyed by the op's qualified name
-(:func:`graphcheck.analysis.fx.op_name`).
+"""The op fact sheet: what kind of work an op does, as its family module registered it
+(``register(..., work=Work.MATMUL)`` in :mod:`graphcheck.analysis.locality`), read by the
+cost model (:mod:`graphcheck.analysis.cost`) and the cut explorer's layer kinds
+(:mod:`graphcheck.analysis.kinds`), keyed by the op's qualified name
+(:func:`graphcheck.analysis.fx.op_name`). An op the registry does not hold does no
+counted work (its locality fails closed anyway).
 
->>> "aten.mm.default" in MATMUL, "aten.add.Tensor" in MATMUL
-(True, False)
+>>> Work.MATMUL in work_of("aten.mm.default"), work_of("aten.add.Tensor")
+(True, frozenset())
+>>> sorted(ops(Work.ROUTED))
+['aten._grouped_mm.default', 'aten.topk.default']
+>>> attention_window("torch_attn._varlen_attn.default", {"window_size": [16, 0]})
+(16, 0)
 """
 
 from __future__ import annotations
 
-__all__ = [
-    "CONVOLUTION",
-    "LINEAR_ATTENTION",
-    "MATMUL",
-    "ROUTED",
-    "SDPA_ATTENTION",
-    "VARLEN_ATTENTION",
-]
+import functools
 
-# contractions: 2·M·N·K FLOPs; a layer that runs one has a dense (or routed) MLP
-MATMUL = frozenset({
-    "aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.linear.default",
-    "aten.matmul.default", "aten._grouped_mm.default",
-})  # fmt: skip
-CONVOLUTION = frozenset({"aten.convolution.default", "aten.conv1d.default", "aten.conv2d.default"})
-VARLEN_ATTENTION = frozenset({
-    "torch_attn._varlen_attn.default", "graphcheck.varlen_attention.default",
-})  # fmt: skip
-SDPA_ATTENTION = frozenset({
-    "aten.scaled_dot_product_attention.default",
-    "aten._scaled_dot_product_flash_attention_for_cpu.default",
-    "aten._scaled_dot_product_efficient_attention.default",
-    "aten._scaled_dot_product_flash_attention.default",
-    "aten._scaled_dot_product_cudnn_attention.default",
-})  # fmt: skip
-LINEAR_ATTENTION = frozenset({"graphcheck.chunk_gated_delta_rule.default"})
-# a router's choice, or a matmul over the rows it routed: a mixture of experts
-ROUTED = frozenset({"aten.topk.default", "aten._grouped_mm.default"})
+from graphcheck.analysis.locality import registry, transfer
+from graphcheck.analysis.locality.registry import Work
+
+__all__ = ["Work", "attention_window", "ops", "work_of"]
+
+assert transfer.FAMILIES  # every family module imported: the registry is complete
+
+
+def work_of(name: str) -> frozenset[Work]:
+    """The work op ``name`` (``aten.mm.default``) does, as registered."""
+    entry = registry.find_name(name)
+    return entry.work if entry is not None else frozenset()
+
+
+@functools.cache
+def ops(work: Work) -> frozenset[str]:
+    """Every registered op doing ``work``, by name."""
+    return frozenset(e.name for e in registry.entries() if work in e.work)
+
+
+def attention_window(name: str, bound: dict) -> tuple[int, int]:
+    """The keys a query of attention op ``name`` (its arguments ``bound``) attends to:
+    ``(left, right)`` keys before and after it, -1 unbounded. Varlen kernels read theirs
+    from their arguments; any other attention is causal within a document (SDPA and flex
+    attention: the packed-varlen convention)."""
+    if name == "torch_attn._varlen_attn.default":
+        window = bound.get("window_size") or [-1, -1]
+        return int(window[0]), 0 if bound.get("is_causal") else int(window[1])
+    if name == "graphcheck.varlen_attention.default":
+        return int(bound.get("window_left", -1)), 0 if bound.get("causal") else -1
+    return -1, 0

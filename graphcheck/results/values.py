@@ -13,10 +13,11 @@ compares without the graph:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["CrossingValue", "Role"]
+__all__ = ["CrossingValue", "NodeName", "Role"]
 
 
 class Role(StrEnum):
@@ -26,6 +27,26 @@ class Role(StrEnum):
     REPLICATED = "replicated"
     PARAMETER = "parameter"
     SYMBOLIC = "symbolic"
+
+
+class NodeName(str):
+    """A value's name in the program (``add_7``). A report once held the FX node itself:
+    ``.name`` still gives the name, with a warning, for a release.
+
+    >>> NodeName("add_7") == "add_7"
+    True
+    """
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        warnings.warn(
+            "a crossing value's node is its name now (a str): use value.node, not value.node.name",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -41,6 +62,9 @@ class CrossingValue:
     producer: str
     consumers: list[str] = field(default_factory=list)
     source: str | None = None  # "file.py:57: code", when the model's frame is known
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node", NodeName(self.node))
 
     def as_dict(self) -> dict:
         """The value in the report's JSON (its source is the explorer's, not the JSON's)."""

@@ -23,7 +23,7 @@ from graphcheck.analysis.locality.domain import (
     meta_toks,
     union,
 )
-from graphcheck.analysis.locality.registry import register
+from graphcheck.analysis.locality.registry import Work, register
 
 __all__ = ["sdpa", "separates", "varlen"]
 
@@ -57,6 +57,7 @@ def _first(node):
     aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_cudnn_attention.default,
     aten._scaled_dot_product_flash_attention.default,
+    work=Work.SDPA_ATTENTION,
 )
 def sdpa(interp: Interp, node: torch.fx.Node):
     """SDPA isolates documents only through a mask that is false (or ``-inf``) across
@@ -79,7 +80,7 @@ def separates(interp: Interp, mask) -> bool:
     ) and not chunks.place_guard(mask)
 
 
-@register("torch_attn::_varlen_attn.default")
+@register("torch_attn::_varlen_attn.default", work=Work.VARLEN_ATTENTION)
 def varlen(interp: Interp, node: torch.fx.Node):
     """Varlen attention reads the document boundaries themselves."""
     bound = bind(node)

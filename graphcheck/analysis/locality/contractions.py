@@ -30,7 +30,7 @@ from graphcheck.analysis.locality.domain import (
     ndim_of,
     unknown,
 )
-from graphcheck.analysis.locality.registry import register
+from graphcheck.analysis.locality.registry import Work, register
 from graphcheck.analysis.locality.rows import groups_of_sort
 
 __all__ = ["contract", "grouped_mm"]
@@ -60,14 +60,14 @@ def _matmul_spec(a_nd: int, b_nd: int, out_nd: int) -> tuple[str, str, str] | No
     return a_batch + "xz", b_batch + "zy", out_batch + "xy"
 
 
+@register(aten.baddbmm.default, aten.einsum.default)
 @register(
     aten.mm.default,
     aten.bmm.default,
     aten.matmul.default,
     aten.linear.default,
     aten.addmm.default,
-    aten.baddbmm.default,
-    aten.einsum.default,
+    work=Work.MATMUL,
 )
 def contract(interp: Interp, node: torch.fx.Node) -> Val:
     spec = _contraction(node)
@@ -188,7 +188,7 @@ def _kept_guard(vals: list[Val], letters: list[str], out: str) -> Pair | None:
     return None
 
 
-@register(aten._grouped_mm.default)
+@register(aten._grouped_mm.default, work=(Work.MATMUL, Work.ROUTED))
 def grouped_mm(interp: Interp, node: torch.fx.Node) -> Val:
     """Rows grouped by expert: row ``r`` uses the weight of the group ``offs`` puts it
     in. Token-wise when ``offs`` counts the sorted keys that ordered the rows."""

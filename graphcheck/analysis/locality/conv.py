@@ -50,7 +50,7 @@ from graphcheck.analysis.locality.domain import (
     norm_dim,
     shape_of,
 )
-from graphcheck.analysis.locality.registry import register
+from graphcheck.analysis.locality.registry import Work, register
 
 __all__ = ["convolution", "crop", "pad", "span"]
 
@@ -171,9 +171,8 @@ def _padded_term(interp: Interp, padded, dim: int, start: int):
 _CONV = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
-@register(
-    aten.conv1d.default, aten.conv1d.padding, aten.convolution.default, aten._convolution.default
-)
+@register(aten.conv1d.padding, aten._convolution.default)
+@register(aten.conv1d.default, aten.convolution.default, work=Work.CONVOLUTION)
 def convolution(interp: Interp, node: torch.fx.Node) -> Val:
     """``conv1d`` / ``convolution`` along the last dim: token-wise when that dim is not a
     token dim; along T a sum of shifts by ``p - j*d`` (``j < K``), a pending leak the

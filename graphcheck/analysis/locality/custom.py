@@ -32,7 +32,7 @@ from graphcheck.analysis.locality.domain import (
     meta_toks,
     unknown,
 )
-from graphcheck.analysis.locality.registry import register
+from graphcheck.analysis.locality.registry import Work, register
 from graphcheck.kernels.validation import (
     Claim,
     OpCheck,
@@ -74,12 +74,9 @@ def _described(interp: Interp, bound: dict) -> tuple[list[str], list[str]]:
     return structure, other
 
 
-@register(
-    "graphcheck::varlen_attention.default",
-    "graphcheck::varlen_attention_backward.default",
-    "graphcheck::chunk_gated_delta_rule.default",
-    "graphcheck::causal_conv1d.default",
-)
+@register("graphcheck::varlen_attention.default", work=Work.VARLEN_ATTENTION)
+@register("graphcheck::chunk_gated_delta_rule.default", work=Work.LINEAR_ATTENTION)
+@register("graphcheck::varlen_attention_backward.default", "graphcheck::causal_conv1d.default")
 def custom(interp: Interp, node: torch.fx.Node):
     """A custom kernel (graphcheck's stand-ins, a ``--kernels`` file, any namespace) is
     trusted to keep documents apart when an argument's *value* is the batch's document

@@ -5,6 +5,10 @@ A family module registers its transfer function next to it::
     @register(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)
     def scan(interp, node): ...
 
+and, with ``work=``, the kind of work the ops do (:class:`Work`: a matmul, an attention
+kernel, a router): the op fact sheet the cost model and the layer kinds read
+(:mod:`graphcheck.analysis.opfacts`), so a new op is known to all three from one place.
+
 A key is one of:
 
 * an ``OpOverload`` (``torch.ops.aten.add.Tensor``): the node's target itself;
@@ -28,16 +32,30 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import torch
 
 from graphcheck.analysis.fx import op_name
 
-__all__ = ["Entry", "Transfer", "entries", "find", "find_name", "qualified_name", "register"]
+__all__ = [
+    "Entry", "Transfer", "Work", "entries", "find", "find_name", "qualified_name", "register",
+]  # fmt: skip
 
 Transfer = Callable[..., object]
+
+
+class Work(StrEnum):
+    """What kind of work an op does, for the cost model and the layer kinds."""
+
+    MATMUL = "matmul"  # a contraction: 2·M·N·K FLOPs; a layer running one has an MLP
+    CONVOLUTION = "convolution"
+    VARLEN_ATTENTION = "varlen attention"  # reads the documents' boundaries and its window
+    SDPA_ATTENTION = "sdpa attention"  # its mask decides what it attends to
+    LINEAR_ATTENTION = "linear attention"  # a recurrent state per document
+    ROUTED = "routed"  # a router's choice, or a matmul over the rows it routed: MoE
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +67,7 @@ class Entry:
     name: str
     fn: Transfer
     family: str
+    work: frozenset[Work] = frozenset()
 
 
 _ENTRIES: list[Entry] = []
@@ -73,16 +92,18 @@ def _name_of(key) -> str:
     return op_name(key)
 
 
-def register(*ops) -> Callable[[Transfer], Transfer]:
-    """Register the decorated transfer function for ``ops`` (an op registered twice is
-    an error: the table would depend on the order the modules are imported in)."""
+def register(*ops, work: Work | Iterable[Work] = ()) -> Callable[[Transfer], Transfer]:
+    """Register the decorated transfer function for ``ops``, doing ``work`` (an op
+    registered twice is an error: the table would depend on the order the modules are
+    imported in). Decorators stack: one function, ops of different work."""
+    kinds = frozenset((work,) if isinstance(work, Work) else work)
 
     def decorate(fn: Transfer) -> Transfer:
         family = fn.__module__.rpartition(".")[2]
         for op in ops:
             if isinstance(op, str) and "::" not in op:
                 raise ValueError(f"{op!r}: a name must be qualified, namespace::op.overload")
-            entry = Entry(op, _name_of(op), fn, family)
+            entry = Entry(op, _name_of(op), fn, family, kinds)
             if entry.name in _BY_NAME:
                 raise ValueError(f"{entry.name} registered twice")
             _ENTRIES.append(entry)

@@ -28,7 +28,7 @@ from graphcheck.analysis.locality.domain import (
     norm_dim,
     unknown,
 )
-from graphcheck.analysis.locality.registry import register
+from graphcheck.analysis.locality.registry import Work, register
 
 __all__ = ["argsort", "histc", "nonzero", "searchsorted", "sort", "topk", "where_indices"]
 
@@ -56,7 +56,8 @@ def sort(interp: Interp, node: torch.fx.Node):
     return perm if op_name(node.target).startswith("aten.argsort") else (values, perm)
 
 
-@register(aten.topk.default, aten.kthvalue.default)
+@register(aten.kthvalue.default)
+@register(aten.topk.default, work=Work.ROUTED)
 def topk(interp: Interp, node: torch.fx.Node):
     """Top-k over T keeps the tokens other tokens outrank (expert-choice routing)."""
     src = _src(interp, node)
