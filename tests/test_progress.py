@@ -191,7 +191,9 @@ def test_ctrl_c_swallowed_by_a_library_still_ends_the_run_130(monkeypatch, capsy
             pass
         return "verdict: PASS\n", 0, "PASS"
 
-    monkeypatch.setattr(cli, "_cached_run", swallowing)
+    from graphcheck.commands import verify
+
+    monkeypatch.setattr(verify, "run", swallowing)
     code = cli.main(["verify", "fixtures/reference.py:reference", "--cuts", "4"])
     out, err = capsys.readouterr()
     assert (code, out, err) == (130, "", "graphcheck: interrupted\n")
