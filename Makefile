@@ -16,10 +16,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --retries 1 --timeout 15 \
 		--index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
-	# torchtitan (tests/test_torchtitan.py) without its dependency on a second torch
+	# torchtitan (tests/model/test_torchtitan.py) without its dependency on a second torch
 	$(BIN)/pip install --quiet --no-deps spmd_types==0.2.3 tyro==1.0.17 typeguard==4.6.1 \
 		docstring-parser==0.18.0 triton==3.9.0 torchtitan==0.3.0
-	# Liger's kernels (tests/test_liger.py), pure Python over the torch and triton above
+	# Liger's kernels (tests/kernels/test_liger.py), pure Python over the torch and triton above
 	$(BIN)/pip install --quiet --no-deps liger-kernel==0.8.5
 	touch $(STAMP)
 
@@ -50,7 +50,7 @@ test-slow: $(STAMP)
 
 # The differential fuzzer at length: thousands of composed decoders against the gate.
 fuzz: $(STAMP)
-	GRAPHCHECK_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/test_fuzz.py -k "static_pass and not at_length"
+	GRAPHCHECK_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/analysis/test_fuzz.py -k "static_pass and not at_length"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_export.py

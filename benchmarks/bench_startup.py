@@ -6,7 +6,7 @@ torch is imported.
 
 Each command runs as a new process (interpreter start, imports, argument parsing,
 output), as a user types it; the figure is the best of ``--repeat`` runs. None of
-them imports torch (``tests/test_startup.py``), so each should answer well under 1 s.
+them imports torch (``tests/commands/test_startup.py``), so each should answer well under 1 s.
 
     .venv/bin/python benchmarks/bench_startup.py [--repeat 5]
 """

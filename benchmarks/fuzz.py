@@ -1,6 +1,6 @@
 """Differential fuzzing at scale: list every static PASS that execution contradicts.
 
-Runs the strategy of ``tests/test_fuzz.py`` for many examples (``--examples`` or
+Runs the strategy of ``tests/analysis/test_fuzz.py`` for many examples (``--examples`` or
 ``GRAPHCHECK_FUZZ_EXAMPLES``, default 1000) without stopping at the first
 disagreement, shrinks each disagreement greedily to a minimal recipe (fewer layers,
 fewer parts, no skip, positions from ``position_ids``, a bf16 residual, fewer and

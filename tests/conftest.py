@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-# the export cache stays off unless a test turns it on with --cache-dir (tests/test_cache.py):
+# the export cache stays off unless a test turns it on with --cache-dir (tests/cache/test_cache.py):
 # no test reads or writes the user's cache, subprocesses included
 os.environ["GRAPHCHECK_NO_CACHE"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,13 +26,13 @@ SLOW = tuple(
     if line.strip() and not line.lstrip().startswith("#")
 )
 FAST = (
-    "tests/test_families.py::test_dense_families_pass_at_every_legal_cut[llama]",
-    "tests/test_optable.py::test_table_covers_every_op_of_the_family[llama]",
-    "tests/test_gate.py::test_static_pass_implies_equal_bytes[reference:reference-4-None]",
-    "tests/test_gate.py::test_static_pass_implies_equal_bytes"
+    "tests/model/test_families.py::test_dense_families_pass_at_every_legal_cut[llama]",
+    "tests/analysis/test_optable.py::test_table_covers_every_op_of_the_family[llama]",
+    "tests/gate/test_gate.py::test_static_pass_implies_equal_bytes[reference:reference-4-None]",
+    "tests/gate/test_gate.py::test_static_pass_implies_equal_bytes"
     "[violations:ignores_cu_seqlens-4-isolation]",
-    "tests/test_adversarial.py::test_static_pass_implies_gate_agrees[roll_masked_shift-4]",
-    "tests/test_adversarial.py::test_static_pass_implies_gate_agrees[token_choice_moe-4]",
+    "tests/analysis/test_adversarial.py::test_static_pass_implies_gate_agrees[roll_masked_shift-4]",
+    "tests/analysis/test_adversarial.py::test_static_pass_implies_gate_agrees[token_choice_moe-4]",
 )
 
 
@@ -45,7 +45,7 @@ def cli(capsys):
     """The command line run in this process: ``cli("verify", MODEL, ...)`` returns
     ``(exit status, stdout, stderr)``. The tests using it are about the other rules:
     ``verify`` and ``plan`` get ``--stage-builder none`` unless they name a builder (the
-    default has its own tests: tests/test_stage_default.py, with ``cli_default``)."""
+    default has its own tests: tests/stages/test_stage_default.py, with ``cli_default``)."""
     return _runner(capsys, opt_out=True)
 
 

@@ -7,22 +7,35 @@ cached per (fixture, plan, options).
 The tests that use the harness are about the other rules: their explorers prove no
 stage program unless a test names a stage builder (:data:`NO_STAGES`, the
 ``--stage-builder none`` a user writes). The default, stage programs proven with the
-builder graphcheck finds, has its own tests (``tests/test_stage_default.py``).
+builder graphcheck finds, has its own tests (``tests/stages/test_stage_default.py``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 from graphcheck.api import Explorer
 from graphcheck.report import Report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+
+
+def script(name: str) -> ModuleType:
+    """``scripts/NAME.py`` imported as a module (once per process)."""
+    module_name = f"graphcheck_scripts_{name}"
+    if module_name not in sys.modules:
+        found = importlib.util.spec_from_file_location(module_name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(found)
+        sys.modules[module_name] = module  # dataclasses look their module up while made
+        found.loader.exec_module(module)
+    return sys.modules[module_name]
 
 
 def spec(name: str) -> str:

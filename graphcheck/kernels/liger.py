@@ -9,7 +9,7 @@ rotary width), and an argument the stand-in does not implement raises, so the mo
 is never proven with a value dropped. The stand-ins export to aten ops that the op
 table proves like any other code: nothing about them is trusted. Their forward and
 backward match the transformers modules Liger replaces, bitwise on CPU in the modes
-those modules compute (``tests/test_liger.py``).
+those modules compute (``tests/kernels/test_liger.py``).
 
 A stand-in applies only when the model's code has imported Liger: a model that never
 imports ``liger_kernel`` is unchanged. The report lists the stand-ins applied.

@@ -132,7 +132,7 @@ def families_of(*fns: Transfer) -> list[tuple[str, Transfer]]:
 
 def table_markdown() -> str:
     """The op table as Markdown, one row per family module (``docs/soundness.md`` holds
-    it; ``tests/test_optable.py`` checks it is current)."""
+    it; ``tests/analysis/test_optable.py`` checks it is current)."""
     rows = ["| family | transfer functions | ops |", "|---|---|---|"]
     for module in FAMILIES:
         family = module.__name__.rpartition(".")[2]

@@ -11,7 +11,7 @@ import pytest
 
 from graphcheck.api import Explorer
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "specialized_t.py"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "specialized_t.py"
 UNTRACKED = (
     "documents cannot be tracked: the export fixed T to 29 at this op "
     "(`aten.embedding.default`: a specialised token count, so no dimension is known to run "

@@ -25,7 +25,7 @@ from graphcheck.api import Explorer
 from graphcheck.errors import UsageError
 from graphcheck.interop.model_explorer import GRAPH_ID, OverlayFile, write_overlay
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _adapter():

@@ -9,29 +9,16 @@ the pinned transformers.
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import json
-import sys
 
 import pytest
-from harness import ROOT
+from harness import ROOT, script
 
 from graphcheck.errors import ModelLoadError
 from graphcheck.model.hf import _defaults, build_config, clip_token_ids, hf_factory
 from graphcheck.model.load import build_fake, fake_mode
 
-
-def _script():
-    name = "graphcheck_scripts_coverage"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "coverage.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the class is made
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-coverage = _script()
+coverage = script("coverage")
 
 
 # --- tiny configs ----------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from graphcheck.planning.balance import balance, imbalance, stage_costs
 from graphcheck.report import Report, render
 from graphcheck.reporters.view import CutView, page, script
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 MODEL = "fixtures/violations.py:collected_outputs"  # 8 layers, boundaries 2..7 GC201
 CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 

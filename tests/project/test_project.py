@@ -2,7 +2,7 @@
 any export (each bad configuration is exit 2 and one line, before a model is built),
 ``-k`` selection, relative paths, the worst exit status, and the formats of a check.
 
-The lock and its diff are in tests/test_lock.py.
+The lock and its diff are in tests/project/test_lock.py.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def test_a_registered_row_is_detected():
 
 
 def test_unadapted_model_exits_2(cli):
-    """(tests/test_bad_inputs.py's table has it too: caught before the export.)"""
+    """(tests/commands/test_bad_inputs.py's table has it too: caught before the export.)"""
     code, out, err = cli("verify", UNADAPTED, "--cuts", "1")
     assert code == 2 and out == ""
     line, *rest = err.splitlines()

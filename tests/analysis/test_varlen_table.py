@@ -25,7 +25,7 @@ from graphcheck.results.values import Role
 from graphcheck.rules import gc403_shape_specialized
 from graphcheck.varlen import Structure, Taint, VarlenInput
 
-PACKAGE = Path(__file__).resolve().parent.parent / "graphcheck"
+PACKAGE = Path(__file__).resolve().parents[2] / "graphcheck"
 
 # A second set of document boundaries, [N + 1] like cu_seq_lens_q.
 EXTRA = VarlenInput("doc_bounds", 0, "N1", "N+1", "int32", Taint.DOCS, Structure.BOUNDARIES)

@@ -35,7 +35,7 @@ from graphcheck.api import Explorer
 from graphcheck.errors import GraphcheckError
 from graphcheck.gate import Gate
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_EXAMPLES", "6"))
 SLOW_EXAMPLES = int(os.environ.get("GRAPHCHECK_FUZZ_SLOW_EXAMPLES", "40"))  # make test-slow
 SHRINK = bool(os.environ.get("GRAPHCHECK_FUZZ_SHRINK"))

@@ -27,7 +27,7 @@ from harness import RuleExplorer as Explorer  # no stage programs: findings and 
 from graphcheck import api
 from graphcheck.report import render
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def verify(model, **options):

@@ -15,8 +15,7 @@ import json
 
 import pytest
 import torch
-from harness import spec
-from test_hf_coverage import coverage
+from harness import script, spec
 
 from graphcheck import cli
 from graphcheck.api import Explorer
@@ -40,6 +39,8 @@ REFUSED = {
     "position_bias_kwarg": "passes the keyword position_bias=<tensor 1x4xTxT>",
     "window_mismatch": "passes sliding_window=8 with a mask of no window",
 }
+
+coverage = script("coverage")  # scripts/coverage.py: the README's coverage table
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from graphcheck.analysis.locality import custom
 from graphcheck.analysis.locality.registry import entries, find, find_name
 from graphcheck.analysis.locality.transfer import FAMILIES, lookup
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALIASES = [
     "graphcheck.analysis.obligations",
     "graphcheck.analysis.optable",

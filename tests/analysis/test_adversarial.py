@@ -33,7 +33,7 @@ from graphcheck.gate.batch import PackedBatch
 from graphcheck.kernels.cpu_reference import cpu_kernels
 from graphcheck.varlen import model_inputs
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "adversarial.py"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "adversarial.py"
 DOCS = (23, 9, 31, 4)  # T = 67 tokens in 4 documents
 INPUTS = model_inputs()
 # relative leak, alone against packed: a violation leaks more than twice this, a twin less

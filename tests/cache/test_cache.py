@@ -31,7 +31,7 @@ from graphcheck.cache import (
 from graphcheck.cli import build_parser
 from graphcheck.errors import UsageError
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 @pytest.fixture

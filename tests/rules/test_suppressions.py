@@ -30,7 +30,7 @@ from graphcheck.project.check import run_project
 from graphcheck.report import render
 from graphcheck.rules.suppress import Suppression
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "tests/data/sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
 MODELS = """

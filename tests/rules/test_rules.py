@@ -1,6 +1,6 @@
 """What each rule finds beyond firing on its fixture: every cut, the crossing set, the
 messages, more fixtures. That each code fires on its violating fixture and not on its
-passing twin is tests/test_rule_table.py."""
+passing twin is tests/rules/test_rule_table.py."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import pytest
 from graphcheck.console.progress import shown, wanted
 from graphcheck.phases import Phase, phase
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRAPHCHECK = str(Path(sys.executable).with_name("graphcheck"))
 FACTORY = f"""
 import sys
