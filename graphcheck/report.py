@@ -24,7 +24,7 @@ from importlib import resources
 from graphcheck._version import __version__
 from graphcheck.diagnostics import Diagnostic, Severity, Verdict, group
 from graphcheck.planning.plan import Stage
-from graphcheck.results.values import CrossingValue
+from graphcheck.results.values import CrossingValue, ResultKind
 from graphcheck.rules import MISMATCH_CODES
 from graphcheck.rules.suppress import Ignored, UnusedIgnore
 
@@ -167,9 +167,9 @@ class Report:
         )  # fmt: skip
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> ResultKind:
         """What the reporters render: ``verify`` or ``map``."""
-        return self.mode
+        return ResultKind(self.mode)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -330,7 +330,7 @@ class PlanReport:
     whole_program: list[str] = field(default_factory=list)  # codes that spoil every cut
     proof: Report | None = None
     seconds: float = 0.0
-    kind: str = "plan"
+    kind: ResultKind = ResultKind.PLAN
     # legal only because errors there are ignored (--ignore, --select, comments): position, codes
     legal_by_ignore: list[dict] = field(default_factory=list)
     ignored: list[Ignored] = field(default_factory=list)  # the map's ignored findings

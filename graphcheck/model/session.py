@@ -51,7 +51,7 @@ from graphcheck.model.load import (
     in_program_mode,
     resolve_factory,
 )
-from graphcheck.model.spec import check_globs, check_spec, is_hf_spec
+from graphcheck.model.spec import ModelSpec, check_globs, check_spec, is_hf_spec
 from graphcheck.options import ModelOptions
 from graphcheck.varlen import example_batch
 
@@ -186,8 +186,8 @@ def _factory(spec: str) -> Callable[[], nn.Module]:
     try:
         return resolve_factory(spec)
     except ModelLoadError as err:
-        target, _, name = spec.rpartition(":")
-        file = Path(target)
+        model = ModelSpec.of(spec)
+        file, name = Path(model.target), model.factory
         if " has no callable " not in str(err) or file.suffix != ".py" or not file.is_file():
             raise
         guess = difflib.get_close_matches(name, _top_names(file), 1, 0.75)
@@ -245,10 +245,13 @@ def _state(value: str | Mapping | BoundaryState | None) -> BoundaryState | None:
 
 def portable(spec: str) -> str:
     """``spec`` with a file path made absolute, so another process finds it."""
-    if is_hf_spec(spec):
-        rest = spec[len("hf:") :]
-        return f"hf:{Path(rest).resolve()}" if Path(rest).exists() else spec
-    target, sep, name = spec.rpartition(":")
-    if sep and target.endswith(".py") and Path(target).is_file():
-        return f"{Path(target).resolve()}:{name}"
+    model = ModelSpec.of(spec)
+    if model.hf:
+        return (
+            model.with_target(str(Path(model.target).resolve()))
+            if Path(model.target).exists()
+            else spec
+        )
+    if model.target.endswith(".py") and Path(model.target).is_file():
+        return model.with_target(str(Path(model.target).resolve()))
     return spec

@@ -11,6 +11,10 @@ given without one, ``hf:`` before a config ``.json``), a missing ``.py`` or ``hf
 ``--allow-fp32`` globs (:func:`check_globs`). A factory missing from an existing file
 needs the file imported: :mod:`graphcheck.model.session` says that one.
 
+A spec is split once, by :class:`ModelSpec`; every module that reads one reads that:
+
+>>> ModelSpec.of("fixtures/reference.py:reference").file, ModelSpec.of("hf:llama").target
+('fixtures/reference.py', 'llama')
 >>> parse_spec("fixtures/reference.py:reference")
 ('fixtures/reference.py', 'reference')
 >>> is_hf_spec("hf:llama"), is_hf_spec("fixtures/reference.py:reference")
@@ -26,12 +30,14 @@ import ast
 import difflib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from graphcheck.errors import ModelLoadError, UsageError
 
 __all__ = [
     "PREFIX",
+    "ModelSpec",
     "check_globs",
     "check_spec",
     "config_file",
@@ -43,6 +49,66 @@ __all__ = [
 ]
 
 PREFIX = "hf:"  # a transformers model: hf:<model_type> or hf:path/to/config.json
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A ``MODEL`` spec split into what it is read from (``target``: the ``hf:`` model
+    type or config path, the ``.py`` file, the dotted module) and its factory's name
+    (``""`` for ``hf:``). :meth:`of` splits any text; :meth:`parse` also checks it is one
+    of the three forms.
+
+    >>> ModelSpec.of("pkg.models:build").package, ModelSpec.of("m.py:f").package
+    ('pkg', None)
+    >>> ModelSpec.of("/p/m.py:f").with_target("m.py"), ModelSpec.of("x").valid
+    ('m.py:f', False)
+    """
+
+    text: str
+    target: str
+    factory: str = ""
+    hf: bool = False
+
+    @classmethod
+    def of(cls, text: str) -> ModelSpec:
+        """``text`` split, unchecked (a text without ``:`` has an empty target)."""
+        if is_hf_spec(text):
+            return cls(text, text[len(PREFIX) :], hf=True)
+        target, _, factory = text.rpartition(":")
+        return cls(text, target, factory)
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        """``text`` split; a :class:`UsageError` when it is not ``file.py:factory`` or
+        ``package.module:factory`` (an ``hf:`` spec is checked by :mod:`graphcheck.model.hf`)."""
+        spec = cls.of(text)
+        if not spec.valid:
+            raise UsageError(
+                f"model spec {text!r} is not 'path/to/file.py:factory' or 'package.module:factory'"
+            )
+        return spec
+
+    @property
+    def valid(self) -> bool:
+        """Whether it has one of the three forms (``hf:`` anything, else a target and a
+        factory that is an identifier)."""
+        return self.hf or (bool(self.target) and self.factory.isidentifier())
+
+    @property
+    def file(self) -> str | None:
+        """The file it is read from: a ``.py`` (or an ``hf:`` config ``.json``)."""
+        return self.target if self.target.endswith((".py", ".json")) else None
+
+    @property
+    def package(self) -> str | None:
+        """The top-level package of a ``package.module:factory`` spec."""
+        if self.hf or self.file is not None or not self.target:
+            return None
+        return self.target.partition(".")[0]
+
+    def with_target(self, target: str) -> str:
+        """The spec's text with ``target`` in place of its own."""
+        return f"{PREFIX}{target}" if self.hf else f"{target}:{self.factory}"
 
 
 def is_hf_spec(spec: object) -> bool:
@@ -78,14 +144,10 @@ def config_file(target: str) -> Path:
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """Split ``MODEL`` into (file or module, factory name); a :class:`UsageError` when
-    it is neither form."""
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name.isidentifier():
-        raise UsageError(
-            f"model spec {spec!r} is not 'path/to/file.py:factory' or 'package.module:factory'"
-        )
-    return target, name
+    """Split ``MODEL`` into (file or module, factory name) (:meth:`ModelSpec.parse`); a
+    :class:`UsageError` when it is neither form."""
+    found = ModelSpec.parse(spec)
+    return found.target, found.factory
 
 
 def require_file(path: str, what: str = "file") -> None:
@@ -122,12 +184,12 @@ def check_spec(model: object) -> None:
         return
     if not isinstance(model, str):
         return
-    target, sep, _ = model.rpartition(":")
-    folder = Path(target if sep and target else model)
+    spec = ModelSpec.of(model)
+    folder = Path(spec.target or model)
     if folder.is_dir():
         _folder(model, folder)
     _check_file(model)
-    target, _ = parse_spec(model)
+    target = ModelSpec.parse(model).target
     if target.endswith(".py"):
         require_file(target)
 

@@ -39,6 +39,7 @@ from graphcheck.project.config import Check, Plan, PlanKind, load_config
 from graphcheck.project.diff import LockDiff, diff_lock
 from graphcheck.project.lockfile import ModelState, read_lock, versions, write_lock
 from graphcheck.project.record import PlanResult, record_of, record_plain
+from graphcheck.results.values import ResultKind
 
 __all__ = ["CheckResult", "CheckRun", "cache_options", "run_check", "run_project"]
 
@@ -80,7 +81,7 @@ class CheckResult:
     wrote: Path | None = None
     update: bool = False
     command: str = "check"  # or "lock": the text output then lists verdicts only
-    kind: str = "check"
+    kind: ResultKind = ResultKind.CHECK
 
     @property
     def exit_code(self) -> int:

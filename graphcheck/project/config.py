@@ -51,6 +51,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from graphcheck.errors import UsageError
+from graphcheck.model.spec import ModelSpec
 from graphcheck.options import MODEL_KEYS, config_value
 from graphcheck.options import file_path as _path
 from graphcheck.options import ints as _ints
@@ -266,16 +267,14 @@ def _typed(table: dict, key: str, kind: type, where: str):
 
 def _model(spec: str, folder: Path, where: str) -> str:
     """The spec with its file (a ``.py`` file, an ``hf:`` config.json) resolved."""
-    if spec.startswith("hf:"):
-        rest = spec[3:]
-        return "hf:" + _path(rest, folder, where) if rest.endswith(".json") else spec
-    target, sep, factory = spec.rpartition(":")
-    if not sep or not target or not factory.isidentifier():
+    model = ModelSpec.of(spec)
+    if not model.valid:
         raise UsageError(
             f"{where}: model {spec!r} is not 'path/to/file.py:factory', "
             "'package.module:factory' or 'hf:SPEC'"
         )
-    return f"{_path(target, folder, where)}:{factory}" if target.endswith(".py") else spec
+    resolvable = model.file is not None and model.file.endswith(".json" if model.hf else ".py")
+    return model.with_target(_path(model.file, folder, where)) if resolvable else spec
 
 
 def _builder(text: str, folder: Path, where: str) -> str:

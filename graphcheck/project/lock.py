@@ -49,6 +49,7 @@ from graphcheck.analysis.kinds import layer_kinds
 from graphcheck.analysis.regions import Region, RegionKind
 from graphcheck.analysis.residual import residual_layout
 from graphcheck.diagnostics import source_line
+from graphcheck.model.spec import ModelSpec
 from graphcheck.project.lockfile import FORMAT, ModelState, dumps, read_lock, versions, write_lock
 from graphcheck.project.record import PlanResult
 from graphcheck.stages.fingerprint import Provenance, part_of
@@ -129,8 +130,8 @@ def source_hashes(module: torch.nn.Module, files: list[str], folder: Path) -> di
 
 
 def _spec_files(spec: str, options: dict) -> list[str]:
-    target = spec.removeprefix("hf:") if spec.startswith("hf:") else spec.rpartition(":")[0]
-    files = [target] if target.endswith((".py", ".json")) and Path(target).is_file() else []
+    target = ModelSpec.of(spec).file
+    files = [target] if target is not None and Path(target).is_file() else []
     return files + ([options["kernels"]] if options.get("kernels") else [])
 
 
@@ -141,13 +142,10 @@ def _portable(spec: str, folder: Path) -> str:
     >>> _portable("/p/models/m.py:f", Path("/p")), _portable("hf:llama", Path("/p"))
     ('models/m.py:f', 'hf:llama')
     """
-    prefix = "hf:" if spec.startswith("hf:") else ""
-    rest = spec.removeprefix(prefix)
-    target, sep, name = rest.rpartition(":") if not prefix else (rest, "", "")
-    if not target.endswith((".py", ".json")):
+    model = ModelSpec.of(spec)
+    if model.file is None:
         return spec
-    relative = Path(os.path.relpath(Path(target).absolute(), folder)).as_posix()
-    return f"{prefix}{relative}{sep}{name}"
+    return model.with_target(Path(os.path.relpath(Path(model.file).absolute(), folder)).as_posix())
 
 
 def _part(program, region: Region, provenance: Provenance, programs: dict) -> tuple[str, list]:

@@ -43,6 +43,7 @@ from urllib.parse import quote
 from graphcheck._version import __version__
 from graphcheck.diagnostics import Severity
 from graphcheck.errors import UsageError
+from graphcheck.model.spec import ModelSpec
 from graphcheck.rules import INFO, RuleInfo
 from graphcheck.rules.suppress import IgnoredBy
 
@@ -232,8 +233,9 @@ def _physical(source: str) -> dict | None:
 def _factory_location(model: str) -> dict | None:
     """Where the factory of a ``file.py:factory`` model is defined (its file alone when
     the definition is not found); ``None`` for any other spec."""
-    path, _, factory = model.rpartition(":")
-    if not path.endswith(".py") or not os.path.isfile(path):
+    spec = ModelSpec.of(model)
+    path, factory = spec.target, spec.factory
+    if spec.hf or not path.endswith(".py") or not os.path.isfile(path):
         return None
     location: dict = {"artifactLocation": {"uri": _uri(path)}}
     try:

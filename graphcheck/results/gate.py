@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from graphcheck._version import __version__
+from graphcheck.results.values import ResultKind
 
 __all__ = [
     "ISOLATION_TOLERANCE",
@@ -357,7 +358,7 @@ class GateReport:
     # what was compared: kind (returned, head, module), fqn, what (a sentence), shape
     compared: dict = field(default_factory=lambda: dict(RETURNED))
 
-    kind = "gate"  # what the reporters render
+    kind = ResultKind.GATE  # what the reporters render
 
     def __post_init__(self) -> None:
         self.mode = RunMode(self.mode)

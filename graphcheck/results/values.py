@@ -17,7 +17,18 @@ import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["CrossingValue", "NodeName", "Role"]
+__all__ = ["CrossingValue", "NodeName", "ResultKind", "Role"]
+
+
+class ResultKind(StrEnum):
+    """What a result is, the word a reporter renders it by (a reporter's ``KINDS``)."""
+
+    VERIFY = "verify"  # a stage plan's cuts (graphcheck.report.Report)
+    MAP = "map"  # every boundary (graphcheck.report.Report)
+    PLAN = "plan"  # the balanced legal plan (graphcheck.report.PlanReport)
+    GATE = "gate"  # the executed comparisons (graphcheck.results.gate.GateReport)
+    CHECK = "check"  # a project's checks (graphcheck.project.check.CheckResult)
+    VIEW = "view"  # the cut explorer's page (graphcheck.reporters.view.CutView)
 
 
 class Role(StrEnum):

@@ -27,6 +27,7 @@ from graphcheck.cache.key import dependencies, digest, file_digest, unchanged
 from graphcheck.errors import ExportError, GraphcheckError, UsageError, reworded
 from graphcheck.kernels import patched
 from graphcheck.model.session import Session, portable
+from graphcheck.model.spec import ModelSpec
 from graphcheck.planning.plan import StagePlan
 from graphcheck.stages.build import StageProgram, StageRequest, build_stage, build_stage_fresh
 from graphcheck.stages.builders import BUILTINS, PIPELINE_AWARE, StageBuilder, resolve_builder
@@ -133,8 +134,9 @@ def _model_files(spec: str) -> dict[str, str | None]:
     """The files the model code of ``spec`` was read from in this process, hashed: its
     own file and every module imported outside the libraries and graphcheck."""
     files = dependencies(spec)
-    target = spec.rpartition(":")[0]
-    if target.endswith(".py"):
+    model = ModelSpec.of(spec)
+    target = model.target
+    if not model.hf and target.endswith(".py"):
         files[str(Path(target).resolve())] = file_digest(target)
     return files
 

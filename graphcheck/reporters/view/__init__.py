@@ -27,6 +27,7 @@ from importlib import resources
 from graphcheck._version import __version__
 from graphcheck.planning.balance import Balance, balance
 from graphcheck.planning.cost import DOC_LENGTH
+from graphcheck.results.values import ResultKind
 
 __all__ = ["MAX_OFFERED", "CutView", "document", "page", "script", "style"]
 
@@ -41,7 +42,7 @@ class CutView:
 
     document: dict
     exit_code: int = 0
-    kind: str = "view"
+    kind: ResultKind = ResultKind.VIEW
 
 
 def script() -> str:
