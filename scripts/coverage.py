@@ -53,7 +53,8 @@ re-runs only the ``--only`` families; a result saved before the attention column
 re-run`` there. A map run drops the family's gate run; ``--evidence`` gates the families of
 the run (``--only``, else all) that need it and have none, so a cut-short sweep resumes from
 its ``--json``; ``--gate TYPE...`` gates those again without their map. ``--write`` replaces
-the table between ``<!-- coverage:begin -->`` and ``<!-- coverage:end -->`` in README.md and
+the table between ``<!-- coverage:begin -->`` and ``<!-- coverage:end -->`` in
+docs/explanation/coverage.md and
 needs a result for every family.
 """
 
@@ -91,7 +92,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+README = ROOT / "docs" / "explanation" / "coverage.md"  # the page with the table
 BEGIN = "<!-- coverage:begin -->"
 END = "<!-- coverage:end -->"
 TIMEOUT = 300.0
@@ -764,7 +765,7 @@ def _parser() -> argparse.ArgumentParser:
         help="gate these families (again), without re-running their map",
     )  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="FILE", help="save the results")
-    parser.add_argument("--write", action="store_true", help="rewrite README.md's table")
+    parser.add_argument("--write", action="store_true", help="rewrite the coverage page's table")
     return parser
 
 

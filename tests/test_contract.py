@@ -3,7 +3,6 @@ listing of the rules generated from the modules' metadata."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,15 +54,16 @@ def test_package_table_is_generated_from_the_metadata():
         assert f"  {rule.SUMMARY}\n" in TABLE
 
 
-def test_readme_table_is_the_generated_one():
-    # regenerate it with .venv/bin/python scripts/rules_table.py --write
-    path = Path(__file__).resolve().parent.parent / "scripts" / "rules_table.py"
-    spec = importlib.util.spec_from_file_location("rules_table", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    readme = script.README.read_text(encoding="utf-8")
-    assert script.current(readme) == script.region()
-    assert all(f"| {r.CODE} | {r.SEVERITY} | {r.NAME} |" in readme for r in RULES)
+def test_the_rules_page_links_a_page_per_rule_with_its_doc():
+    from graphcheck.console.reference import pages
+
+    generated = pages()
+    index = generated["reference/rules/index.md"]
+    for rule in RULES:
+        assert f"| [{rule.CODE}]({rule.CODE}.md) | {rule.SEVERITY} | {rule.NAME} |" in index
+        page = generated[f"reference/rules/{rule.CODE}.md"]
+        assert page.startswith(f"# {rule.CODE} {rule.NAME}\n")
+        assert "## What it checks" in page and "## Fix" in page, rule.CODE
 
 
 def test_doc_is_case_insensitive_and_has_a_header():

@@ -26,7 +26,7 @@ LAYERS = (
         "graphcheck.diagnostics",
         "graphcheck.phases",
     ),
-    ("graphcheck.results", "graphcheck.planning"),
+    ("graphcheck.results", "graphcheck.planning", "graphcheck.schemas"),
     ("graphcheck.cache",),
     ("graphcheck.kernels",),
     ("graphcheck.model", "graphcheck.options"),
@@ -49,7 +49,7 @@ TOP_LEVEL = {
 }  # fmt: skip
 FOLDERS = {
     "analysis", "cache", "commands", "console", "gate", "interop", "kernels", "model", "planning",
-    "project", "reporters", "results", "rules", "stages",
+    "project", "reporters", "results", "rules", "schemas", "stages",
 }  # fmt: skip
 
 

@@ -1,15 +1,36 @@
-"""The command-line reference, generated from the parser the command line runs
-(``docs/reference/cli.md``; ``tests/test_options.py`` fails when the page drifts).
+"""The reference pages of the documentation, generated from the code they describe: every
+command and flag (from the parser the command line runs), every configuration key (from
+the option declarations and the configuration's own keys), every rule (from the rules'
+docs, one page each). The site's build writes them (``docs/gen_pages.py``, which adds
+the op table from the op registry); none is committed, so none can drift.
 
 >>> "## `graphcheck verify`" in cli_markdown()
 True
+>>> sorted(p for p in pages() if p.startswith("reference/rules/"))[:2]
+['reference/rules/GC101.md', 'reference/rules/GC102.md']
 """
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["cli_markdown"]
+__all__ = [
+    "cli_markdown", "configuration_markdown", "pages", "rule_markdown", "rules_markdown",
+    "schemas_markdown",
+]  # fmt: skip
+
+
+def pages() -> dict[str, str]:
+    """Every generated page, by its path under ``docs/``."""
+    from graphcheck import rules
+
+    found = {
+        "reference/cli.md": cli_markdown(),
+        "reference/configuration.md": configuration_markdown(),
+        "reference/rules/index.md": rules_markdown(),
+        "reference/schemas.md": schemas_markdown(),
+    }
+    return found | {f"reference/rules/{r.code}.md": rule_markdown(r.code) for r in rules.INFO}
 
 
 def cli_markdown() -> str:
@@ -26,6 +47,87 @@ def cli_markdown() -> str:
     for name, sub in _commands(parser):
         lines += ["", f"## `graphcheck {name}`", "", sub.description or _helps(parser)[name], ""]
         lines += _flags(sub)
+    return "\n".join(lines) + "\n"
+
+
+def configuration_markdown() -> str:
+    """The keys of a ``[[checks]]`` table of ``[tool.graphcheck]``: the check's own and
+    the model options (with their flags and API keywords)."""
+    from graphcheck.options import reference_markdown
+    from graphcheck.project.config import CHECK_KEY_HELP, TOP_KEYS
+
+    lines = [
+        "# Configuration reference",
+        "",
+        "`[tool.graphcheck]` in `pyproject.toml` (or the same keys at the top of a",
+        "`graphcheck.toml`) holds `[[checks]]` tables. Top-level keys: "
+        + ", ".join(f"`{k}`" for k in TOP_KEYS)
+        + ".",
+        "",
+        "## A check's own keys",
+        "",
+        "| key | what it does |",
+        "|---|---|",
+        *(f"| `{k}` | {_escaped(text)} |" for k, text in CHECK_KEY_HELP.items()),
+        "",
+        "## The model options",
+        "",
+        "Each is declared once (`graphcheck/options.py`): its flag, its configuration key",
+        "(`-`: a command-line flag only) and its keyword in the Python API.",
+        "",
+        reference_markdown().rstrip(),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def schemas_markdown() -> str:
+    """The JSON Schemas shipped in :mod:`graphcheck.schemas`, each in full."""
+    import json
+
+    from graphcheck.schemas import NAMES, schema
+
+    lines = [
+        "# JSON Schemas",
+        "",
+        "The schemas of the files graphcheck writes for machines ship with the package",
+        "(`graphcheck.schemas.schema(name)`); the tests validate real output against them.",
+    ]
+    for name in NAMES:
+        found = schema(name)
+        lines += ["", f"## `{name}.schema.json`", "", found.get("description", ""), ""]
+        lines += ["```json", json.dumps(found, indent=2), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def rules_markdown() -> str:
+    """The rule table, each code linking to its page."""
+    from graphcheck import rules
+
+    lines = [
+        "# Rules",
+        "",
+        "Every finding has a code; `graphcheck rules CODE` prints the same page in a terminal.",
+        "An error fails the verdict; a warning is reported and does not.",
+        "",
+        "| code | severity | name | summary |",
+        "|---|---|---|---|",
+    ]
+    for r in rules.INFO:
+        lines.append(
+            f"| [{r.code}]({r.code}.md) | {r.severity} | {r.name} | {_escaped(r.summary)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def rule_markdown(code: str) -> str:
+    """One rule's page: its name, severity and summary, then its doc's sections."""
+    from graphcheck import rules
+    from graphcheck.reporters.sarif import doc_sections
+
+    rule = next(r for r in rules.INFO if r.code == code)
+    lines = [f"# {rule.code} {rule.name}", "", f"**{rule.severity}** · {rule.summary}"]
+    for heading, body in doc_sections(rule.doc).items():
+        lines += ["", f"## {heading}", "", body]
     return "\n".join(lines) + "\n"
 
 

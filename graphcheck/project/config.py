@@ -58,6 +58,7 @@ from graphcheck.options import ints as _ints
 
 __all__ = [
     "CHECK_KEYS",
+    "CHECK_KEY_HELP",
     "LOCK_NAME",
     "TOP_KEYS",
     "Check",
@@ -72,6 +73,19 @@ __all__ = [
 LOCK_NAME = "graphcheck.lock"
 TOP_KEYS = ("checks", "ignore", "require_stage_programs", "select")
 PLAN_KEYS = ("cuts", "layout", "stages")
+# a check's own keys (the model options' are declared in graphcheck.options), with what
+# each does: the configuration reference page is generated from these
+CHECK_KEY_HELP = {
+    "model": "the MODEL spec: path/to/file.py:factory, package.module:factory or hf:SPEC",
+    "name": "the check's name (-k selects by it; default: the model spec)",
+    "cuts": "one plan, or a list of plans, as stage boundaries before these layers",
+    "stages": "one plan, or a list of plans, as an even split into N stages",
+    "layout": "one plan, or a list of plans, as a Megatron-style layout string (E|t*4|t*4|L)",
+    "stage_builder": "the builder of the stage programs (as --stage-builder)",
+    "require_stage_programs": "fail when the stage programs are not proven",
+    "select": "report only these rule codes (also at the top level, for every check)",
+    "ignore": "keep these rule codes out of the verdict (also at the top level)",
+}
 CHECK_KEYS = (
     "ignore", "model", "name", "require_stage_programs", "select", "stage_builder",
     *MODEL_KEYS, *PLAN_KEYS,

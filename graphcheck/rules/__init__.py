@@ -2,8 +2,8 @@
 are never reused.
 
 Each rule module carries its own metadata and documentation, and everything
-else is generated from them (the table below, ``graphcheck rules``, the README's
-rules table: ``scripts/rules_table.py``):
+else is generated from them (the table below, ``graphcheck rules``, the SARIF rule
+descriptors and the documentation's rule pages: :mod:`graphcheck.console.reference`):
 
 * ``CODE``, ``NAME`` - ``GC203``, ``boundary-not-materialized``;
 * ``SEVERITY`` - ``error`` fails the verdict, ``warning`` does not; every

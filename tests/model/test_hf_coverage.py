@@ -94,11 +94,11 @@ def test_invalid_default_config_is_one_line():
     )
 
 
-# --- the README table ------------------------------------------------------------------------
+# --- the coverage page's table ---------------------------------------------------------------
 
 
 def _rows() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "explanation" / "coverage.md").read_text(encoding="utf-8")
     start, stop = text.index(coverage.BEGIN), text.index(coverage.END)
     lines = [ln for ln in text[start:stop].splitlines() if ln.startswith("| `")]
     return [[cell.strip() for cell in ln.strip("|").split(" | ")] for ln in lines]
@@ -129,7 +129,7 @@ def test_readme_table_is_the_committed_results():
     path = ROOT / "docs" / "coverage.json"
     saved = json.loads(path.read_text(encoding="utf-8"))
     results = list(coverage.load(path).values())
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "explanation" / "coverage.md").read_text(encoding="utf-8")
     table = coverage.markdown(results, saved["transformers"])
     assert coverage.rewrite(text, table) == text, "run scripts/coverage.py --load ... --write"
 
@@ -252,10 +252,10 @@ def test_script_refuses_unknown_families_and_partial_writes(tmp_path, capsys):
     assert "not a causal-LM family: no_such_family" in capsys.readouterr().err
     saved = tmp_path / "partial.json"
     coverage.save(saved, [coverage.classify("llama", 0, _report("pass"), "")], "5.24.0")
-    before = (ROOT / "README.md").read_text(encoding="utf-8")
+    before = (ROOT / "docs" / "explanation" / "coverage.md").read_text(encoding="utf-8")
     assert coverage.main(["--load", str(saved), "--write"]) == 2
     assert "--write needs every family" in capsys.readouterr().err
-    assert (ROOT / "README.md").read_text(encoding="utf-8") == before
+    assert (ROOT / "docs" / "explanation" / "coverage.md").read_text(encoding="utf-8") == before
 
 
 # --- execution evidence ----------------------------------------------------------------------
