@@ -35,4 +35,3 @@ with mkdocs_gen_files.open("images/cut_map.png", "wb") as image:
 
 with mkdocs_gen_files.open("guides/cut-explorer-notebook.ipynb", "w") as notebook:
     notebook.write((ROOT / "examples" / "cut_explorer.ipynb").read_text(encoding="utf-8"))
-
