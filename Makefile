@@ -69,9 +69,10 @@ coverage: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/): the reference pages are generated as it builds;
 # --strict fails on a broken link or a missing page. The cut explorer guide shows the
-# screenshot the Chromium test takes, so that test runs first.
+# screenshot the Chromium test takes and the notebook as its test ran it: those run first.
 docs: $(STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider tests/reporters/test_view.py -k click_shows
+	$(BIN)/pytest -q -p no:cacheprovider tests/reporters/test_view.py \
+		-k "click_shows or example_notebook"
 	DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
 
 clean:
