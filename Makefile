@@ -73,7 +73,7 @@ coverage: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/reporters/test_view.py \
 		-k "click_shows or example_notebook"
-	DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache site
