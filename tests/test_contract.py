@@ -64,6 +64,9 @@ def test_the_rules_page_links_a_page_per_rule_with_its_doc():
         page = generated[f"reference/rules/{rule.CODE}.md"]
         assert page.startswith(f"# {rule.CODE} {rule.NAME}\n")
         assert "## What it checks" in page and "## Fix" in page, rule.CODE
+        violating, passing = rule.EXAMPLE["violating"], rule.EXAMPLE["passing"]
+        assert f"graphcheck verify {violating} --cuts {rule.EXAMPLE['cut']}" in page
+        assert f"graphcheck verify {passing} --cuts" in page and f"# no {rule.CODE}" in page
 
 
 def test_doc_is_case_insensitive_and_has_a_header():

@@ -128,7 +128,28 @@ def rule_markdown(code: str) -> str:
     lines = [f"# {rule.code} {rule.name}", "", f"**{rule.severity}** · {rule.summary}"]
     for heading, body in doc_sections(rule.doc).items():
         lines += ["", f"## {heading}", "", body]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _example(rule)) + "\n"
+
+
+def _example(rule) -> list[str]:
+    """The rule's violating model and its passing twin, as commands to run (the tests run
+    the same two)."""
+    example = rule.example
+    if example is None:
+        return []
+    builder = example.get("stage_builder")
+    twin = example.get("passing_stage_builder", builder)
+    run = [
+        _verify(example["violating"], example["cut"], builder) + f"   # {rule.code}",
+        _verify(example["passing"], example["cut"], twin) + f"   # no {rule.code}",
+    ]
+    intro = "The violating fixture and its passing twin (`tests/rules/test_rule_table.py`):"
+    return ["", "## Run it", "", intro, "", "```sh", *run, "```"]
+
+
+def _verify(model: str, cut: int, builder: str | None) -> str:
+    flags = f" --stage-builder {builder}" if builder else ""
+    return f"graphcheck verify {model} --cuts {cut}{flags}"
 
 
 def _commands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:

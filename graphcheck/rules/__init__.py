@@ -13,6 +13,8 @@ descriptors and the documentation's rule pages: :mod:`graphcheck.console.referen
 * ``OWNS`` (GC301, GC303) - the :class:`~graphcheck.stages.compare.MismatchKind`
   values of the stage-program differences the rule reports; every kind has one
   owner, and GC303 also reports a kind no rule owns (fail closed);
+* ``EXAMPLE`` - the violating model and its passing twin at one cut (with the stage
+  builders a GC3xx rule needs): the documentation runs them, and so do the tests;
 * the module docstring - the rule's user documentation (``graphcheck rules
   CODE``): a first line ``CODE name``, then the sections "What it checks",
   "Why it matters", "Example" and "Fix";
@@ -55,6 +57,8 @@ class RuleInfo:
     doc: str  # the module docstring
     module: str  # the module's import name
     owns: bool  # assigns OWNS: reports stage-program mismatches
+    # EXAMPLE: the violating model, its passing twin, the cut and the stage builders
+    example: dict | None = None
 
     def load(self) -> ModuleType:
         """The rule module itself (imports its implementation: torch, the analysis)."""
@@ -79,7 +83,8 @@ def _read(name: str) -> RuleInfo:
             f"rule module {name} must assign {', '.join(FIELDS)} as literals ({err})"
         ) from None
     docstring = ast.get_docstring(tree, clean=False) or ""
-    return RuleInfo(*values, docstring, f"{__name__}.{name}", "OWNS" in assigned)
+    example = ast.literal_eval(assigned["EXAMPLE"]) if "EXAMPLE" in assigned else None
+    return RuleInfo(*values, docstring, f"{__name__}.{name}", "OWNS" in assigned, example)
 
 
 # The one list of rules, in code order: every ``gcNNN_name`` module of this package, so a

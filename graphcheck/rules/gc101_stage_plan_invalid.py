@@ -35,6 +35,7 @@ from graphcheck.diagnostics import Diagnostic
 __all__ = [
     "CODE",
     "NAME",
+    "EXAMPLE",
     "SEVERITY",
     "SUMMARY",
     "check",
@@ -47,6 +48,13 @@ SUMMARY = (
     "cut out of range, empty middle stage (exit 2); layers that do not run in index order; "
     "stages off the declared layer ranges"
 )
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:reversed_layers",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

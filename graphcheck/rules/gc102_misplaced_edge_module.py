@@ -25,12 +25,19 @@ from __future__ import annotations
 from graphcheck.analysis.regions import INPUT
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC102"
 NAME = "misplaced-edge-module"
 SEVERITY = "error"
 SUMMARY = "input modules not only on stage 0; norm and head not together on the last stage"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:norm_mid_stack",
+    "passing": "fixtures/violations.py:norm_mid_stack_own",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -31,12 +31,19 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic, source_line
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "made_and_read"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check", "made_and_read"]
 
 CODE = "GC201"
 NAME = "extra-activation-crosses-cut"
 SEVERITY = "error"
 SUMMARY = "more than one activation crosses a cut"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:skip_connection",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

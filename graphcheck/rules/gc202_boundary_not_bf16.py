@@ -22,12 +22,19 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC202"
 NAME = "boundary-not-bf16"
 SEVERITY = "error"
 SUMMARY = "the crossing activation is not bf16"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:fp32_residual",
+    "passing": "fixtures/violations.py:cast_in_loop",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -25,12 +25,19 @@ from __future__ import annotations
 from graphcheck.analysis.residual import view_base
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC203"
 NAME = "boundary-not-materialized"
 SEVERITY = "error"
 SUMMARY = "the crossing value is a view / has a higher-precision twin"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:fp32_twin",
+    "passing": "fixtures/violations.py:cast_in_loop",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

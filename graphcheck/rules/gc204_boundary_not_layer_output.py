@@ -25,12 +25,19 @@ from __future__ import annotations
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.rules.gc201_extra_activation_crosses_cut import made_and_read
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC204"
 NAME = "boundary-not-layer-output"
 SEVERITY = "error"
 SUMMARY = "the crossing activation is not the residual between the two layers"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:not_layer_output",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -35,7 +35,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.results.values import Role
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC205"
 NAME = "parameter-shared-across-stages"
@@ -43,6 +43,13 @@ SEVERITY = "error"
 SUMMARY = (
     "a parameter storage (tied embeddings, two Parameters on one storage) is read by two stages"
 )
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:tied_embeddings",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+}
 
 
 def _fix(ctx, names) -> str:

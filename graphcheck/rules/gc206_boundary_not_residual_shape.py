@@ -54,7 +54,7 @@ from graphcheck.analysis.residual import ResidualEvidence, residual_evidence
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.model.boundary import WireShape, declaration
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "hidden_size"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check", "hidden_size"]
 
 CODE = "GC206"
 NAME = "boundary-not-residual-shape"
@@ -63,6 +63,13 @@ SUMMARY = (
     "the crossing value is not the residual in the model's layout, `[1, T, H]` or `[T, H]` "
     "(rank, width, bitcast), or not the declared boundary state"
 )
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/soundness_dataflow.py:multi_stream_residual",
+    "passing": "fixtures/soundness_dataflow.py:multi_stream_collapsed",
+    "cut": 4,
+}
 
 _COPIES = {"aten.clone.default", "aten.alias.default", "aten.detach.default"}
 _DECLARE = 'get_pp_module_config()["pipeline_boundary_state"]'

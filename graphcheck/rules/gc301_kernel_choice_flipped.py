@@ -29,12 +29,20 @@ from __future__ import annotations
 from graphcheck.diagnostics import Diagnostic
 from graphcheck.stages.compare import MismatchKind
 
-__all__ = ["CODE", "NAME", "OWNS", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "OWNS", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC301"
 NAME = "kernel-choice-flipped"
 SEVERITY = "error"
 SUMMARY = "a stage program's layer differs from the uncut program's layer"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/reference.py:reference",
+    "passing": "fixtures/reference.py:window_only",
+    "cut": 4,
+    "stage_builder": "rebuild",
+}
 OWNS = frozenset({MismatchKind.LAYER, MismatchKind.SIDE_CHOICE})
 
 

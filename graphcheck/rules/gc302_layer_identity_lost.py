@@ -25,12 +25,21 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC302"
 NAME = "layer-identity-lost"
 SEVERITY = "warning"
 SUMMARY = "a stage's layers lost their global indices"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/reference.py:reference",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+    "stage_builder": "rebuild",
+    "passing_stage_builder": "keep-index",
+}
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -32,12 +32,20 @@ from graphcheck.diagnostics import Diagnostic
 from graphcheck.rules import gc301_kernel_choice_flipped
 from graphcheck.stages.compare import MismatchKind
 
-__all__ = ["CODE", "NAME", "OWNS", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "OWNS", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC303"
 NAME = "stage-program-differs"
 SEVERITY = "error"
 SUMMARY = "embedding, prelude side inputs, norm+head or the stage hand-off differ"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:none_layers",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+    "stage_builder": "rebuild",
+}
 OWNS = frozenset(
     {
         MismatchKind.EDGE,

@@ -45,12 +45,19 @@ import torch.fx
 from graphcheck.analysis.fx import op_name
 from graphcheck.diagnostics import Diagnostic, module_path
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check", "random_reason"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check", "random_reason"]
 
 CODE = "GC304"
 NAME = "random-op-in-program"
 SEVERITY = "error"
 SUMMARY = "the program draws random numbers (dropout with p > 0, `rand`, `bernoulli`, ...)"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/training.py:dropout_layer",
+    "passing": "fixtures/training.py:dropout_zero",
+    "cut": 2,
+}
 
 _PROBABILITY = ("p", "dropout", "dropout_p")  # zero: nothing is drawn
 _SWITCH = ("train", "training")  # False: the op is the identity (eval mode)

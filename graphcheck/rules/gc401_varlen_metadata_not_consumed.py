@@ -45,12 +45,19 @@ from dataclasses import replace
 
 from graphcheck.diagnostics import Diagnostic, module_path
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC401"
 NAME = "varlen-metadata-not-consumed"
 SEVERITY = "error"
 SUMMARY = "an op mixes tokens across packed documents"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:ignores_cu_seqlens",
+    "passing": "fixtures/violations.py:sdpa_doc_mask",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -38,12 +38,19 @@ from __future__ import annotations
 
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC402"
 NAME = "positions-fabricated"
 SEVERITY = "error"
 SUMMARY = "an absolute token index reaches values instead of `position_ids`"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:arange_positions",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

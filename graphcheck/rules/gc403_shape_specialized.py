@@ -65,12 +65,19 @@ from graphcheck.analysis.locality.groups import proven
 from graphcheck.analysis.token_multiple import multiple_of
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC403"
 NAME = "shape-specialized"
 SEVERITY = "error"
 SUMMARY = "export specialised or guarded T / N"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:length_guard",
+    "passing": "fixtures/reference.py:reference",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

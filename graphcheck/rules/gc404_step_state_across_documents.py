@@ -32,12 +32,19 @@ from __future__ import annotations
 from graphcheck.analysis.fx import op_name
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC404"
 NAME = "step-state-across-documents"
 SEVERITY = "warning"
 SUMMARY = "a buffer only accumulated into holds values over several documents"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/moe_rows.py:titan_moe_load_counts",
+    "passing": "fixtures/moe_rows.py:titan_moe",
+    "cut": 1,
+}
 
 
 def check(ctx) -> list[Diagnostic]:

@@ -29,12 +29,19 @@ from fnmatch import fnmatchcase
 
 from graphcheck.diagnostics import Diagnostic
 
-__all__ = ["CODE", "NAME", "SEVERITY", "SUMMARY", "check"]
+__all__ = ["CODE", "NAME", "EXAMPLE", "SEVERITY", "SUMMARY", "check"]
 
 CODE = "GC501"
 NAME = "non-bf16-parameter"
 SEVERITY = "error"
 SUMMARY = "a stage parameter outside the allowlist is not bf16"
+# The documentation's example, run by tests/rules/test_rule_table.py: the code fires
+# at the cut on the violating model and not on its passing twin.
+EXAMPLE = {
+    "violating": "fixtures/violations.py:fp32_param",
+    "passing": "fixtures/violations.py:fp32_allowlisted",
+    "cut": 4,
+}
 
 
 def check(ctx) -> list[Diagnostic]:
