@@ -221,6 +221,12 @@ def rows_for(gate: Gate, plans, options: dict, label: str) -> tuple[list[str], i
     return rows, disagreements
 
 
+def _gate(name: str, options: dict) -> Gate:
+    """The gate of fixture ``name`` as ``graphcheck gate`` builds it for ``options``: with
+    ``train`` the static proof covers the backward program too (:func:`graphcheck.gate`)."""
+    return Gate(spec(name), **({"backward": True} if options.get("train") else {}))
+
+
 def cut_plans(num_layers: int, sample: bool) -> list[list[int]]:
     """Every boundary 0..L as the only cut; with ``sample`` the interior cuts 1, L/2, L-1.
 
@@ -261,7 +267,7 @@ def main() -> int:
     if not args.names:
         for name, plans, options in EXTRA[shard::shards]:
             label = name.split(":")[-1] + ", " + ", ".join(f"{k} {v}" for k, v in options.items())
-            rows, disagreements = rows_for(Gate(spec(name)), plans, options, label)
+            rows, disagreements = rows_for(_gate(name, options), plans, options, label)
             print("\n".join(rows), flush=True)
             bad += disagreements
     elapsed = time.perf_counter() - start
