@@ -63,7 +63,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_startup.py
 
 # Every transformers causal-LM family through `graphcheck map`, and `graphcheck gate` for
-# every family proven or with a GC401/GC402 finding: README's coverage table.
+# every family proven or with a GC401/GC402 finding: the coverage table of
+# docs/explanation/coverage.md.
 coverage: $(STAMP)
 	$(BIN)/python scripts/coverage.py --evidence --write --json docs/coverage.json
 
